@@ -1,0 +1,132 @@
+import { chmod, mkdir, rm } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { dirname } from 'node:path';
+import {
+  HANDOFF_PATH,
+  MAX_REQUEST_BYTES,
+  MIN_PROTOCOL,
+  PROTOCOL,
+  ProtocolError,
+  isSupportedProtocol,
+  parseHandoffRequest,
+  type HandoffError,
+  type HandoffRequest,
+  type HandoffResponse,
+  type HandoffVerdict,
+  type Logger,
+} from '@istio-cni/handoff';
+
+/** Decides one CNI invocation. Throwing is an internal error (code 999) for that invocation only. */
+export type HandoffHandler = (request: HandoffRequest) => Promise<HandoffVerdict | { error: HandoffError }>;
+
+export interface HandoffServerOptions {
+  socketPath: string;
+  handler: HandoffHandler;
+  logger: Logger;
+}
+
+export interface HandoffServer {
+  close(): Promise<void>;
+}
+
+class RequestTooLarge extends Error {}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_REQUEST_BYTES) {
+        reject(new RequestTooLarge(`request body exceeds ${MAX_REQUEST_BYTES} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function send(res: ServerResponse, status: number, body: HandoffResponse): void {
+  const payload = Buffer.from(JSON.stringify(body));
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': payload.length });
+  res.end(payload);
+}
+
+function fail(res: ServerResponse, status: number, code: number, msg: string): void {
+  send(res, status, { protocol: PROTOCOL, error: { code, msg } });
+}
+
+async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffServerOptions): Promise<void> {
+  if (req.method !== 'POST' || req.url !== HANDOFF_PATH) {
+    fail(res, 404, 4, `no handler for ${req.method} ${req.url}`);
+    return;
+  }
+  let request: HandoffRequest;
+  try {
+    request = parseHandoffRequest(JSON.parse(await readBody(req)));
+  } catch (err) {
+    const status = err instanceof RequestTooLarge ? 413 : 400;
+    const msg = err instanceof ProtocolError || err instanceof SyntaxError ? err.message : String(err);
+    opts.logger.warn('rejected malformed hand-off request', { error: msg });
+    fail(res, status, 6, `malformed hand-off request: ${msg}`);
+    return;
+  }
+  if (!isSupportedProtocol(request.protocol)) {
+    fail(res, 400, 1, `hand-off protocol ${request.protocol} not supported (agent speaks ${MIN_PROTOCOL}..${PROTOCOL})`);
+    return;
+  }
+  try {
+    const outcome = await opts.handler(request);
+    if ('error' in outcome) send(res, 500, { protocol: PROTOCOL, error: outcome.error });
+    else send(res, 200, { ...outcome, protocol: PROTOCOL });
+  } catch (err) {
+    const msg = err instanceof Error ? err.message : String(err);
+    opts.logger.error('hand-off handler failed', {
+      pod: `${request.pod.namespace}/${request.pod.name}`,
+      command: request.command,
+      error: msg,
+    });
+    fail(res, 500, 999, msg);
+  }
+}
+
+/**
+ * Listens on the plugin event socket. The socket is root-only (0600): only the runtime's plugin
+ * process, running as root, talks to it (ARCHITECTURE §6).
+ */
+export async function startHandoffServer(opts: HandoffServerOptions): Promise<HandoffServer> {
+  await mkdir(dirname(opts.socketPath), { recursive: true, mode: 0o750 });
+  await rm(opts.socketPath, { force: true });
+  const server: Server = createServer((req, res) => {
+    serve(req, res, opts).catch((err: unknown) => {
+      opts.logger.error('hand-off request failed', { error: String(err) });
+      if (!res.headersSent) fail(res, 500, 999, 'internal error');
+    });
+  });
+  server.keepAliveTimeout = 1000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    // A restrictive umask closes the window between bind() and chmod().
+    const previous = process.umask(0o177);
+    try {
+      server.listen(opts.socketPath, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    } finally {
+      process.umask(previous);
+    }
+  });
+  await chmod(opts.socketPath, 0o600);
+  opts.logger.info('hand-off server listening', { socket: opts.socketPath });
+  return {
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }).then(() => rm(opts.socketPath, { force: true })),
+  };
+}

