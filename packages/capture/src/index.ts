@@ -29,3 +29,7 @@ export { BUILTIN_CHAINS, CHAIN } from './iptablesRule.ts';
 export type { IptablesRule, IptablesRuleSet, IptablesTable } from './iptablesRule.ts';
 export { buildSidecarIptablesRules } from './buildSidecarIptablesRules.ts';
 export { iptablesRuleArgs, renderIptablesRestore } from './renderIptablesRestore.ts';
+export { NFT_TABLES } from './nftRule.ts';
+export type { NftChainSpec, NftRule, NftTable } from './nftRule.ts';
+export { buildSidecarNftRules } from './buildSidecarNftRules.ts';
+export { renderNftTransaction } from './renderNftTransaction.ts';

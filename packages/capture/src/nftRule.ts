@@ -1,0 +1,52 @@
+/** One nftables rule as data, in family `inet`. `index` (0-based) marks an upstream "insert at". */
+export interface NftRule {
+  readonly table: NftTable;
+  readonly chain: string;
+  /** Rule fragments, joined with single spaces when rendered (fragments may contain spaces). */
+  readonly args: readonly string[];
+  readonly index?: number;
+}
+
+export type NftTable = 'istio-proxy-nat' | 'istio-proxy-mangle' | 'istio-proxy-raw';
+
+export interface NftChainSpec {
+  readonly name: string;
+  /** Present for base chains. */
+  readonly base?: { readonly type: 'nat' | 'filter' | 'route'; readonly hook: 'prerouting' | 'output'; readonly priority: number };
+}
+
+/** Tables in transaction order, each with its candidate chains in declaration order. */
+export const NFT_TABLES: ReadonlyArray<{ readonly name: NftTable; readonly chains: readonly NftChainSpec[] }> = [
+  {
+    name: 'istio-proxy-nat',
+    chains: [
+      { name: 'prerouting', base: { type: 'nat', hook: 'prerouting', priority: -100 } },
+      { name: 'output', base: { type: 'nat', hook: 'output', priority: -100 } },
+      { name: 'istio-inbound' },
+      { name: 'istio-redirect' },
+      { name: 'istio-in-redirect' },
+      { name: 'istio-output' },
+      { name: 'istio-output-dns' },
+    ],
+  },
+  {
+    name: 'istio-proxy-mangle',
+    chains: [
+      { name: 'prerouting', base: { type: 'filter', hook: 'prerouting', priority: -150 } },
+      { name: 'output', base: { type: 'route', hook: 'output', priority: -150 } },
+      { name: 'istio-divert' },
+      { name: 'istio-tproxy' },
+      { name: 'istio-inbound' },
+      { name: 'istio-drop' },
+    ],
+  },
+  {
+    name: 'istio-proxy-raw',
+    chains: [
+      { name: 'prerouting', base: { type: 'filter', hook: 'prerouting', priority: -300 } },
+      { name: 'output', base: { type: 'filter', hook: 'output', priority: -300 } },
+      { name: 'istio-inbound' },
+      { name: 'istio-output-dns' },
+    ],
+  },
+];
