@@ -1,0 +1,145 @@
+import { buildIptablesReconcileDocument } from './buildIptablesReconcileDocument.ts';
+import type { CommandRunner, RunOptions } from './commandRunner.ts';
+import { DataplaneError } from './dataplaneError.ts';
+import { type IpFamily, type IptablesBackend, versionAtLeast } from './detectIptablesBackend.ts';
+import { diffIptablesState, type IptablesState, parseIptablesSave } from './iptablesState.ts';
+import { type OpenScratchNetns, withScratchNetns } from './scratchNetns.ts';
+
+export interface IptablesDeps {
+  runner: CommandRunner;
+  openScratchNetns: OpenScratchNetns;
+  /** Canonical states by backend + document; lets repeated checks of the same plan skip the scratch netns. */
+  canonicalCache?: Map<string, IptablesState>;
+}
+
+/** iptables-restore documents per family; a family without a document is left alone. */
+export type IptablesDocuments = Partial<Record<IpFamily, string>>;
+
+export interface ApplyIptablesRulesOptions {
+  netns: string;
+  backend: IptablesBackend;
+  documents: IptablesDocuments;
+  /** Replace differing or foreign ISTIO_* state instead of failing (never from the plugin). */
+  reconcile?: boolean;
+}
+
+export type ApplyOutcome = 'applied' | 'unchanged' | 'reconciled';
+
+export interface ApplyIptablesResult {
+  outcome: Record<IpFamily, ApplyOutcome | 'skipped'>;
+}
+
+const families: readonly IpFamily[] = ['ipv4', 'ipv6'];
+
+/**
+ * Applies sidecar capture rules in a netns (SPEC §3.4): an empty namespace gets the documents via
+ * `iptables-restore --noflush`; an identical state is left untouched; a different state is an
+ * error unless `reconcile`, which rewrites it in one restore per family. Every family is checked
+ * before any is written, so a conflict changes nothing.
+ */
+export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
+  const plans: { family: IpFamily; document: string; stdin?: string; outcome: ApplyOutcome }[] = [];
+  for (const family of families) {
+    const document = options.documents[family];
+    if (document === undefined || document.trim() === '') continue;
+    const actual = await readIptablesState(deps.runner, options.backend, family, options.netns);
+    if (!hasAnyRule(actual)) {
+      plans.push({ family, document, stdin: document, outcome: 'applied' });
+      continue;
+    }
+    const expected = await canonicalIptablesState(deps, options.backend, family, document);
+    const diff = diffIptablesState(expected, actual);
+    if (!diff.residue) {
+      plans.push({ family, document, stdin: document, outcome: 'applied' });
+    } else if (diff.differences.length === 0) {
+      plans.push({ family, document, outcome: 'unchanged' });
+    } else if (options.reconcile === true) {
+      plans.push({ family, document, stdin: buildIptablesReconcileDocument(document, expected, actual), outcome: 'reconciled' });
+    } else {
+      throw new DataplaneError(
+        'ERR_DATAPLANE_STATE_CONFLICT',
+        `failed to apply ${family} sidecar rules in netns ${JSON.stringify(options.netns)}: ` +
+          `it already holds different ISTIO_* state (reconcile would replace it): ${diff.differences.join('; ')}`,
+      );
+    }
+  }
+  const outcome: ApplyIptablesResult['outcome'] = { ipv4: 'skipped', ipv6: 'skipped' };
+  for (const plan of plans) {
+    if (plan.stdin !== undefined) await restore(deps.runner, options.backend, plan.family, options.netns, plan.stdin);
+    outcome[plan.family] = plan.outcome;
+  }
+  return { outcome };
+}
+
+export interface VerifyIptablesRulesOptions {
+  netns: string;
+  backend: IptablesBackend;
+  documents: IptablesDocuments;
+}
+
+/** Differences between the netns's ISTIO_* state and the documents; empty means in place (CNI CHECK). */
+export async function verifyIptablesRules(deps: IptablesDeps, options: VerifyIptablesRulesOptions): Promise<string[]> {
+  const differences: string[] = [];
+  for (const family of families) {
+    const document = options.documents[family];
+    if (document === undefined || document.trim() === '') continue;
+    const actual = await readIptablesState(deps.runner, options.backend, family, options.netns);
+    const expected = await canonicalIptablesState(deps, options.backend, family, document);
+    differences.push(...diffIptablesState(expected, actual).differences.map((d) => `${family} ${d}`));
+  }
+  return differences;
+}
+
+export async function readIptablesState(
+  runner: CommandRunner,
+  backend: IptablesBackend,
+  family: IpFamily,
+  netns: string,
+): Promise<IptablesState> {
+  const { stdout } = await runner.run([backend.binaries[family].save], xtablesRunOptions(backend, netns));
+  return parseIptablesSave(stdout);
+}
+
+/**
+ * The plan as the kernel and this iptables print it back (`-m tcp` added, marks in hex, ...):
+ * restored into a scratch netns and saved again. Comparing that with the pod's own save output is
+ * exact, where re-implementing iptables' normalisation, or one `iptables -C` per rule, would not be.
+ */
+export async function canonicalIptablesState(
+  deps: IptablesDeps,
+  backend: IptablesBackend,
+  family: IpFamily,
+  document: string,
+): Promise<IptablesState> {
+  const key = `${backend.flavor}\0${family}\0${document}`;
+  const cached = deps.canonicalCache?.get(key);
+  if (cached !== undefined) return cached;
+  const state = await withScratchNetns(deps.openScratchNetns, async (scratch) => {
+    await restore(deps.runner, backend, family, scratch, document);
+    return readIptablesState(deps.runner, backend, family, scratch);
+  });
+  deps.canonicalCache?.set(key, state);
+  return state;
+}
+
+async function restore(runner: CommandRunner, backend: IptablesBackend, family: IpFamily, netns: string, stdin: string): Promise<void> {
+  const argv = [backend.binaries[family].restore, '--noflush'];
+  if (!backend.nfTables && versionAtLeast(backend.version, 1, 6, 2)) argv.push('--wait=30');
+  await runner.run(argv, { ...xtablesRunOptions(backend, netns), stdin });
+}
+
+/**
+ * Legacy iptables serialises writers through a lock file that is global (/run/xtables.lock) by
+ * default, so pods would wait on each other and on kube-proxy. Rules of different netns never
+ * conflict, so the lock is the netns file itself (XTABLES_LOCKFILE, honoured since 1.8.6), the
+ * same choice upstream makes. iptables-nft takes no lock.
+ */
+export function xtablesRunOptions(backend: IptablesBackend, netns: string): RunOptions {
+  if (backend.nfTables || !versionAtLeast(backend.version, 1, 8, 6)) return { netns };
+  return { netns, env: { XTABLES_LOCKFILE: netns } };
+}
+
+function hasAnyRule(state: IptablesState): boolean {
+  for (const table of state.values()) for (const [chain, rules] of table) if (rules.length > 0 || chain.startsWith('ISTIO')) return true;
+  return false;
+}

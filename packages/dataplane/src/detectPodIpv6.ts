@@ -1,0 +1,59 @@
+import type { CommandRunner } from './commandRunner.ts';
+import { DataplaneError } from './dataplaneError.ts';
+
+export interface InterfaceAddress {
+  ifname: string;
+  family: 'inet' | 'inet6';
+  address: string;
+  scope: string;
+}
+
+/** Addresses in `ip -j addr show` order. */
+export function parseIpAddrJson(json: string): InterfaceAddress[] {
+  const parsed: unknown = JSON.parse(json);
+  if (!Array.isArray(parsed)) throw new Error(`ip -j addr output is not an array: ${json.slice(0, 80)}`);
+  const out: InterfaceAddress[] = [];
+  for (const link of parsed as { ifname?: unknown; addr_info?: unknown }[]) {
+    const ifname = typeof link.ifname === 'string' ? link.ifname : '';
+    const infos = Array.isArray(link.addr_info) ? (link.addr_info as Record<string, unknown>[]) : [];
+    for (const info of infos) {
+      if ((info.family !== 'inet' && info.family !== 'inet6') || typeof info.local !== 'string') continue;
+      out.push({ ifname, family: info.family, address: info.local, scope: typeof info.scope === 'string' ? info.scope : '' });
+    }
+  }
+  return out;
+}
+
+function usable(a: InterfaceAddress): boolean {
+  if (a.ifname === 'lo' || a.scope === 'host' || a.scope === 'link') return false;
+  if (a.family === 'inet') return !a.address.startsWith('127.') && !a.address.startsWith('169.254.');
+  const lower = a.address.toLowerCase();
+  return lower !== '::1' && !/^fe[89ab]/.test(lower);
+}
+
+/**
+ * SPEC §3.1: the first non-loopback, non-link-local address decides whether IPv6 rules are needed;
+ * with dual stack any such IPv6 address enables them. No usable address at all is an error, as a
+ * pod without one cannot be captured meaningfully.
+ */
+export function ipv6Enabled(addresses: readonly InterfaceAddress[], dualStack: boolean): boolean {
+  const candidates = addresses.filter(usable);
+  const first = candidates[0];
+  if (first === undefined) {
+    throw new DataplaneError('ERR_DATAPLANE_NO_POD_ADDRESS', 'no non-loopback, non-link-local address found');
+  }
+  if (first.family === 'inet6') return true;
+  return dualStack && candidates.some((a) => a.family === 'inet6');
+}
+
+export async function detectPodIpv6(runner: CommandRunner, netns: string, options: { dualStack?: boolean; ip?: string } = {}): Promise<boolean> {
+  const { stdout } = await runner.run([options.ip ?? 'ip', '-j', 'addr', 'show'], { netns });
+  try {
+    return ipv6Enabled(parseIpAddrJson(stdout), options.dualStack === true);
+  } catch (err) {
+    const code = err instanceof DataplaneError ? err.code : 'ERR_DATAPLANE_NO_POD_ADDRESS';
+    throw new DataplaneError(code, `failed to detect the IP family of netns ${JSON.stringify(netns)}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}

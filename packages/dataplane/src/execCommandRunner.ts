@@ -1,0 +1,103 @@
+import { spawn } from 'node:child_process';
+import { CommandError, type CommandResult, type CommandRunner, type RunOptions } from './commandRunner.ts';
+
+export interface ExecCommandRunnerOptions {
+  /** Base environment for every command; read once by the caller (defaults to process.env at creation). */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** Path or name of nsenter(1), used when a command runs inside a netns. */
+  nsenter?: string;
+  /** Default per-command timeout; a command never runs unbounded. */
+  timeoutMs?: number;
+  /** Captured output beyond this many bytes per stream is dropped (protects the agent's memory). */
+  maxOutputBytes?: number;
+}
+
+const defaultTimeoutMs = 30_000;
+const defaultMaxOutputBytes = 16 * 1024 * 1024;
+
+/** The real runner: spawns the program directly (no shell), optionally under `nsenter --net=<path>`. */
+export function createExecCommandRunner(options: ExecCommandRunnerOptions = {}): CommandRunner {
+  const baseEnv = { ...(options.env ?? process.env) };
+  const nsenter = options.nsenter ?? 'nsenter';
+  const maxBytes = options.maxOutputBytes ?? defaultMaxOutputBytes;
+  return {
+    run(argv, runOptions = {}) {
+      return runOnce(argv, runOptions, {
+        nsenter,
+        maxBytes,
+        env: { ...baseEnv, ...runOptions.env },
+        timeoutMs: runOptions.timeoutMs ?? options.timeoutMs ?? defaultTimeoutMs,
+      });
+    },
+  };
+}
+
+interface Resolved {
+  nsenter: string;
+  maxBytes: number;
+  env: Record<string, string | undefined>;
+  timeoutMs: number;
+}
+
+function runOnce(argv: readonly string[], options: RunOptions, r: Resolved): Promise<CommandResult> {
+  if (argv.length === 0 || argv[0] === '') {
+    return Promise.reject(new TypeError('argv must name a program'));
+  }
+  const full = options.netns === undefined ? [...argv] : [r.nsenter, `--net=${options.netns}`, '--', ...argv];
+  const [program, ...args] = full as [string, ...string[]];
+  return new Promise((resolve, reject) => {
+    const child = spawn(program, args, { env: r.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const stdout = collect(r.maxBytes);
+    const stderr = collect(r.maxBytes);
+    child.stdout.on('data', stdout.push);
+    child.stderr.on('data', stderr.push);
+    let timedOut = false;
+    let spawnError: NodeJS.ErrnoException | undefined;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, r.timeoutMs);
+    child.on('error', (err: NodeJS.ErrnoException) => {
+      spawnError = err;
+    });
+    // EPIPE when the program exits without reading stdin is not the failure worth reporting.
+    child.stdin.on('error', () => {});
+    child.stdin.end(options.stdin ?? '');
+    child.on('close', (exitCode, signal) => {
+      clearTimeout(timer);
+      const details = {
+        argv,
+        exitCode,
+        signal,
+        stdout: stdout.text(),
+        stderr: stderr.text(),
+        ...(options.netns === undefined ? {} : { netns: options.netns }),
+      };
+      if (spawnError !== undefined) {
+        const code = spawnError.code === 'ENOENT' ? 'ERR_DATAPLANE_COMMAND_NOT_FOUND' : 'ERR_DATAPLANE_COMMAND_FAILED';
+        reject(new CommandError(code, { ...details, stderr: details.stderr || spawnError.message }, { cause: spawnError }));
+      } else if (timedOut) {
+        reject(new CommandError('ERR_DATAPLANE_COMMAND_TIMEOUT', details, { timeoutMs: r.timeoutMs }));
+      } else if (exitCode === 127 && options.netns !== undefined && /failed to execute/.test(details.stderr)) {
+        reject(new CommandError('ERR_DATAPLANE_COMMAND_NOT_FOUND', details));
+      } else if (exitCode !== 0) {
+        reject(new CommandError('ERR_DATAPLANE_COMMAND_FAILED', details));
+      } else {
+        resolve({ stdout: details.stdout, stderr: details.stderr });
+      }
+    });
+  });
+}
+
+function collect(maxBytes: number): { push: (chunk: Buffer) => void; text: () => string } {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  return {
+    push: (chunk) => {
+      if (size >= maxBytes) return;
+      chunks.push(chunk.subarray(0, maxBytes - size));
+      size += chunk.length;
+    },
+    text: () => Buffer.concat(chunks).toString('utf8'),
+  };
+}

@@ -1,0 +1,113 @@
+/** Rules of one table, by chain; each rule is its `iptables-save` text after `-A <chain> `. */
+export type IptablesTable = Map<string, string[]>;
+/** Tables by name (`nat`, `mangle`, ...). */
+export type IptablesState = Map<string, IptablesTable>;
+
+const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
+
+/** Chains this agent owns: the ISTIO_* family (SPEC §3.2); everything else belongs to someone else. */
+export function isIstioChain(chain: string): boolean {
+  return chain.startsWith('ISTIO');
+}
+
+export function isBuiltinChain(chain: string): boolean {
+  return builtinChains.has(chain);
+}
+
+/** Parses `iptables-save` output. Comments and counters are dropped; chain declarations are kept. */
+export function parseIptablesSave(text: string): IptablesState {
+  const state: IptablesState = new Map();
+  let table: IptablesTable | undefined;
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    if (line.startsWith('*')) {
+      const name = line.slice(1).trim();
+      table = state.get(name) ?? new Map();
+      state.set(name, table);
+    } else if (line === 'COMMIT') {
+      table = undefined;
+    } else if (table !== undefined && line.startsWith(':')) {
+      const chain = line.slice(1).split(/\s+/)[0] ?? '';
+      if (!table.has(chain)) table.set(chain, []);
+    } else if (table !== undefined && line.startsWith('-A ')) {
+      const [, chain = '', ...rest] = line.split(/\s+/);
+      const rules = table.get(chain) ?? [];
+      rules.push(rest.join(' '));
+      table.set(chain, rules);
+    }
+  }
+  return state;
+}
+
+/** The chain a rule jumps or goes to (`-j X` / `-g X`), if any. */
+export function jumpTarget(rule: string): string | undefined {
+  const tokens = rule.split(' ');
+  const i = tokens.findIndex((t) => t === '-j' || t === '-g' || t === '--jump' || t === '--goto');
+  return i < 0 ? undefined : tokens[i + 1];
+}
+
+/**
+ * The rules in a chain that this agent owns: every rule of an ISTIO_* chain; in other chains the
+ * rules that jump into ISTIO_* or that the plan itself puts there (e.g. mangle OUTPUT CONNMARK).
+ */
+export function ownedRules(chain: string, rules: readonly string[], plannedInChain: ReadonlySet<string>): string[] {
+  if (isIstioChain(chain)) return [...rules];
+  return rules.filter((r) => plannedInChain.has(r) || isIstioChain(jumpTarget(r) ?? ''));
+}
+
+export interface IptablesStateDiff {
+  /** Any ISTIO_* chain, jump into one, or planned rule is present. */
+  residue: boolean;
+  /** Empty when the owned state equals the expected state exactly. */
+  differences: string[];
+}
+
+/**
+ * Compares what the namespace holds (`actual`) with the kernel-canonical form of the plan
+ * (`expected`), looking only at what this agent owns, so foreign rules never cause a difference.
+ */
+export function diffIptablesState(expected: IptablesState, actual: IptablesState): IptablesStateDiff {
+  const differences: string[] = [];
+  let residue = false;
+  const tables = new Set([...expected.keys(), ...actual.keys()]);
+  for (const tableName of [...tables].sort()) {
+    const want = expected.get(tableName) ?? new Map<string, string[]>();
+    const have = actual.get(tableName) ?? new Map<string, string[]>();
+    const chains = new Set([...want.keys(), ...have.keys()]);
+    for (const chain of chains) {
+      const wantRules = want.get(chain);
+      const planned = new Set(wantRules ?? []);
+      const haveRules = have.get(chain);
+      const ownedWant = wantRules === undefined ? [] : ownedRules(chain, wantRules, planned);
+      const ownedHave = haveRules === undefined ? [] : ownedRules(chain, haveRules, planned);
+      if (ownedHave.length > 0 || (haveRules !== undefined && isIstioChain(chain))) residue = true;
+      if (isIstioChain(chain)) {
+        if (haveRules === undefined) {
+          differences.push(`${tableName}: missing chain ${chain}`);
+          continue;
+        }
+        if (wantRules === undefined) {
+          differences.push(`${tableName}: unexpected chain ${chain}`);
+          continue;
+        }
+      }
+      const diff = firstDifference(ownedWant, ownedHave);
+      if (diff !== undefined) differences.push(`${tableName} ${chain}: ${diff}`);
+    }
+  }
+  return { residue, differences };
+}
+
+function firstDifference(want: readonly string[], have: readonly string[]): string | undefined {
+  const n = Math.max(want.length, have.length);
+  for (let i = 0; i < n; i++) {
+    const w = want[i];
+    const h = have[i];
+    if (w === h) continue;
+    if (h === undefined) return `missing rule ${i + 1} ${JSON.stringify(w)}`;
+    if (w === undefined) return `unexpected rule ${i + 1} ${JSON.stringify(h)}`;
+    return `rule ${i + 1} is ${JSON.stringify(h)}, expected ${JSON.stringify(w)}`;
+  }
+  return undefined;
+}
