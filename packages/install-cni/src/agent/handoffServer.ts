@@ -37,14 +37,13 @@ function readBody(req: IncomingMessage): Promise<string> {
     let size = 0;
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_REQUEST_BYTES) {
-        reject(new RequestTooLarge(`request body exceeds ${MAX_REQUEST_BYTES} bytes`));
-        req.destroy();
-        return;
-      }
-      chunks.push(chunk);
+      // Past the limit the rest is drained and discarded, so the 413 answer still reaches the client.
+      if (size <= MAX_REQUEST_BYTES) chunks.push(chunk);
     });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('end', () => {
+      if (size > MAX_REQUEST_BYTES) reject(new RequestTooLarge(`request body exceeds ${MAX_REQUEST_BYTES} bytes`));
+      else resolve(Buffer.concat(chunks).toString('utf8'));
+    });
     req.on('error', reject);
   });
 }
