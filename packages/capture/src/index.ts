@@ -33,3 +33,5 @@ export { NFT_TABLES } from './nftRule.ts';
 export type { NftChainSpec, NftRule, NftTable } from './nftRule.ts';
 export { buildSidecarNftRules } from './buildSidecarNftRules.ts';
 export { renderNftTransaction } from './renderNftTransaction.ts';
+export { isAgentPod, isKubernetesPod, sidecarDecision } from './sidecarDecision.ts';
+export type { SidecarDecision } from './sidecarDecision.ts';
