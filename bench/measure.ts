@@ -1,0 +1,69 @@
+import { spawn } from 'node:child_process';
+
+export interface Sample {
+  name: string;
+  runs: number;
+  medianMs: number;
+  p90Ms: number;
+}
+
+export function median(values: number[]): number {
+  return percentile(values, 50);
+}
+
+export function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[rank] as number;
+}
+
+/** Wall time of one process run, from spawn to exit, in milliseconds. Fails on a non-zero exit. */
+export function timeProcess(argv: string[], env: NodeJS.ProcessEnv, stdin = ''): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const start = process.hrtime.bigint();
+    const child = spawn(argv[0] as string, argv.slice(1), { env, stdio: ['pipe', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const ms = Number(process.hrtime.bigint() - start) / 1e6;
+      if (code === 0) resolve(ms);
+      else reject(new Error(`${argv.join(' ')} exited ${code}: ${stderr}`));
+    });
+    child.stdin.end(stdin);
+  });
+}
+
+/**
+ * Runs each scenario `runs` times, interleaved (A B C A B C …) so that machine noise hits every
+ * scenario alike, after `warmup` unmeasured rounds.
+ */
+export async function compare(
+  scenarios: { name: string; run: () => Promise<number> }[],
+  runs: number,
+  warmup = 3,
+): Promise<Sample[]> {
+  const times = new Map<string, number[]>(scenarios.map((s) => [s.name, []]));
+  for (let i = 0; i < warmup + runs; i++) {
+    for (const s of scenarios) {
+      const ms = await s.run();
+      if (i >= warmup) times.get(s.name)?.push(ms);
+    }
+  }
+  return scenarios.map((s) => {
+    const t = times.get(s.name) ?? [];
+    return { name: s.name, runs: t.length, medianMs: median(t), p90Ms: percentile(t, 90) };
+  });
+}
+
+export function printTable(title: string, samples: Sample[], baseline: string): void {
+  const base = samples.find((s) => s.name === baseline);
+  console.log(`\n## ${title}\n`);
+  console.log('| scenario | runs | median ms | p90 ms | ratio to baseline |');
+  console.log('|---|---:|---:|---:|---:|');
+  for (const s of samples) {
+    const ratio = base ? (s.medianMs / base.medianMs).toFixed(2) : 'n/a';
+    console.log(`| ${s.name}${s.name === baseline ? ' (baseline)' : ''} | ${s.runs} | ${s.medianMs.toFixed(1)} | ${s.p90Ms.toFixed(1)} | ${ratio} |`);
+  }
+}

