@@ -32,6 +32,11 @@ export interface Cidr {
 
 const MAX_TEXT = 64;
 
+/** JSON-quoted item for error text, cut to 64 characters. */
+export function quote(text: string): string {
+  return text.length <= 64 ? JSON.stringify(text) : `${JSON.stringify(text.slice(0, 64))}...`;
+}
+
 function parseIpv4Bytes(text: string): number[] | undefined {
   const parts = text.split('.');
   if (parts.length !== 4) return undefined;
@@ -114,16 +119,16 @@ function formatIpv6(bytes: readonly number[]): string {
 /** Parses an IPv4 or IPv6 address; throws an Error naming the value when it is not one. */
 export function parseIpAddress(text: string): IpAddress {
   if (typeof text !== 'string' || text.length === 0 || text.length > MAX_TEXT) {
-    throw new Error(`invalid IP address ${JSON.stringify(text)}`);
+    throw new Error(`invalid IP address ${quote(text)}`);
   }
   if (text.includes(':')) {
     const groups = parseIpv6Groups(text);
-    if (groups === undefined) throw new Error(`invalid IP address ${JSON.stringify(text)}`);
+    if (groups === undefined) throw new Error(`invalid IP address ${quote(text)}`);
     const bytes = groupsToBytes(groups);
     return { family: 6, address: formatIpv6(bytes), text, bytes };
   }
   const bytes = parseIpv4Bytes(text);
-  if (bytes === undefined) throw new Error(`invalid IP address ${JSON.stringify(text)}`);
+  if (bytes === undefined) throw new Error(`invalid IP address ${quote(text)}`);
   return { family: 4, address: bytes.join('.'), text, bytes };
 }
 
@@ -136,24 +141,24 @@ function isLoopbackBytes(family: IpFamily, bytes: readonly number[]): boolean {
 /** Parses `address/prefix` strictly; throws an Error naming the value when it is not a CIDR. */
 export function parseCidr(text: string): Cidr {
   if (typeof text !== 'string' || text.length > MAX_TEXT + 4) {
-    throw new Error(`invalid CIDR ${JSON.stringify(text)}`);
+    throw new Error(`invalid CIDR ${quote(text)}`);
   }
   const slash = text.indexOf('/');
-  if (slash < 0) throw new Error(`invalid CIDR ${JSON.stringify(text)}: no '/'`);
+  if (slash < 0) throw new Error(`invalid CIDR ${quote(text)}: no '/'`);
   const addrText = text.slice(0, slash);
   const bitsText = text.slice(slash + 1);
   let ip: IpAddress;
   try {
     ip = parseIpAddress(addrText);
   } catch {
-    throw new Error(`invalid CIDR ${JSON.stringify(text)}: bad address`);
+    throw new Error(`invalid CIDR ${quote(text)}: bad address`);
   }
   if (!/^(0|[1-9][0-9]{0,2})$/.test(bitsText)) {
-    throw new Error(`invalid CIDR ${JSON.stringify(text)}: bad prefix length`);
+    throw new Error(`invalid CIDR ${quote(text)}: bad prefix length`);
   }
   const prefixLength = Number(bitsText);
   if (prefixLength > (ip.family === 4 ? 32 : 128)) {
-    throw new Error(`invalid CIDR ${JSON.stringify(text)}: prefix length out of range`);
+    throw new Error(`invalid CIDR ${quote(text)}: prefix length out of range`);
   }
   return {
     family: ip.family,
