@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 
 export const TESTDATA_ROOT = '/work/shared/upstream-testdata';
 
@@ -22,13 +22,10 @@ export function lineDiff(expected: string, actual: string): string {
 
 /**
  * Upstream's trimmed compare (CASES.md 0): both sides trimmed of leading/trailing whitespace, the
- * rest must match byte for byte. `REFRESH_GOLDEN=true` rewrites the golden instead.
+ * rest must match byte for byte. These goldens are upstream's reference data, so there is no
+ * REFRESH_GOLDEN switch: a mismatch is always our bug.
  */
 export function assertTrimmedGolden(path: string, actual: string): void {
-  if (process.env['REFRESH_GOLDEN'] === 'true') {
-    writeFileSync(path, actual);
-    return;
-  }
   const expected = readFileSync(path, 'utf8').trim();
   const got = actual.trim();
   if (expected !== got) assert.fail(`golden mismatch for ${path}:\n${lineDiff(expected, got)}`);
