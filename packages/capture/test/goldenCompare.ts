@@ -3,19 +3,33 @@ import { readFileSync } from 'node:fs';
 
 export const TESTDATA_ROOT = '/work/shared/upstream-testdata';
 
-/** A small line diff: the first differing line with context, enough to see what broke. */
+/** Line diff (longest common subsequence): `-` golden only, `+` produced only, `  ` both. */
 export function lineDiff(expected: string, actual: string): string {
   const e = expected.split('\n');
   const a = actual.split('\n');
-  const out: string[] = [];
-  const max = Math.max(e.length, a.length);
-  for (let i = 0; i < max; i++) {
-    if (e[i] === a[i]) {
-      out.push(`  ${e[i] ?? ''}`);
-      continue;
+  // lcs[i][j] = LCS length of e[i..] and a[j..]; goldens are small, so O(n*m) is fine.
+  const lcs = Array.from({ length: e.length + 1 }, () => new Array<number>(a.length + 1).fill(0));
+  for (let i = e.length - 1; i >= 0; i--) {
+    for (let j = a.length - 1; j >= 0; j--) {
+      const row = lcs[i] as number[];
+      row[j] = e[i] === a[j] ? (lcs[i + 1]?.[j + 1] ?? 0) + 1 : Math.max(lcs[i + 1]?.[j] ?? 0, row[j + 1] ?? 0);
     }
-    if (e[i] !== undefined) out.push(`- ${e[i]}`);
-    if (a[i] !== undefined) out.push(`+ ${a[i]}`);
+  }
+  const out: string[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < e.length || j < a.length) {
+    if (i < e.length && j < a.length && e[i] === a[j]) {
+      out.push(`  ${e[i]}`);
+      i++;
+      j++;
+    } else if (j < a.length && (i >= e.length || (lcs[i]?.[j + 1] ?? 0) >= (lcs[i + 1]?.[j] ?? 0))) {
+      out.push(`+ ${a[j]}`);
+      j++;
+    } else {
+      out.push(`- ${e[i]}`);
+      i++;
+    }
   }
   return out.join('\n');
 }
