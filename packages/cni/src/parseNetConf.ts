@@ -1,6 +1,6 @@
 import { CniError } from './cniError.ts';
 import { ErrorCode } from './errorCode.ts';
-import { goJsonKind, goJsonParse } from './goJson.ts';
+import { goFieldEntries, goJsonKind, goJsonParse, goStringField } from './goJson.ts';
 import { parseResult } from './parseResult.ts';
 import type { Result } from './result.ts';
 
@@ -36,13 +36,18 @@ export function parseJsonObject(input: Buffer | string, context: string): Record
   return v as Record<string, unknown>;
 }
 
+// Go decodes struct fields case-insensitively; plugins written against the
+// reference library therefore accept "Name" for "name", and so do we.
 function stringKey(raw: Record<string, unknown>, key: string, context: string): string {
-  const v = raw[key];
-  if (v === undefined || v === null) return '';
-  if (typeof v !== 'string') {
-    throw new CniError(ErrorCode.DecodingFailure, `${context}: field "${key}" must be a string, got ${goJsonKind(v)}`);
+  const decoded = goStringField(raw, key, 'NetConf');
+  if (decoded.error !== undefined) {
+    const bad = goFieldEntries(raw, key).find(([, v]) => v !== null && typeof v !== 'string');
+    throw new CniError(
+      ErrorCode.DecodingFailure,
+      `${context}: field "${bad?.[0] ?? key}" must be a string, got ${goJsonKind(bad?.[1])}`,
+    );
   }
-  return v;
+  return decoded.value;
 }
 
 /**
@@ -61,7 +66,7 @@ export function parseNetConf(stdin: Buffer | string, options: ParseNetConfOption
     raw,
   };
   if (conf.name === '') throw new CniError(ErrorCode.InvalidNetworkConfig, 'missing network name');
-  const prev = raw['prevResult'];
+  const prev = goFieldEntries(raw, 'prevResult').at(-1)?.[1];
   if (prev !== undefined && prev !== null) {
     if (typeof prev !== 'object' || Array.isArray(prev)) {
       throw new CniError(ErrorCode.DecodingFailure, `could not parse prevResult: expected an object, got ${goJsonKind(prev)}`);
