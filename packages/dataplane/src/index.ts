@@ -64,3 +64,4 @@ export {
   verifySidecarCapture,
   type VerifySidecarCaptureOptions,
 } from './applySidecarCapture.ts';
+export { planSidecarCapture, type PlanSidecarCaptureOptions } from './planSidecarCapture.ts';

@@ -32,26 +32,29 @@ test('a netns without a usable address is an error naming the netns', async () =
   assert.deepEqual(runner.calls[0]?.argv, ['ip', '-j', 'addr', 'show']);
 });
 
-test('TPROXY routes are added per family, skipping an existing rule and tolerating existing routes', async () => {
-  const runner = createRecordingCommandRunner(({ argv }) => {
-    if (argv.includes('list') && argv[1] === '-4') return { stdout: '32765:\tfrom all fwmark 0x539 lookup 133\n', stderr: '' };
-    if (argv.includes('route') || argv.includes('addr')) {
-      return new CommandError('ERR_DATAPLANE_COMMAND_FAILED', { argv, exitCode: 2, stdout: '', stderr: 'RTNETLINK answers: File exists\n' });
-    }
-    return undefined;
-  });
+test('TPROXY routes are added per family, idempotently', async () => {
+  const runner = createRecordingCommandRunner(({ argv }) =>
+    argv.includes('list') && argv[1] === '-4' ? { stdout: '32765:\tfrom all fwmark 0x539 lookup 133\n', stderr: '' } : undefined,
+  );
   await configureTproxyRoutes(runner, { netns: '/n', ipv6: true, tproxy: true });
   assert.deepEqual(
     runner.calls.map((c) => c.argv.join(' ')),
     [
-      'ip -6 addr add ::6/128 dev lo',
+      'ip -6 addr replace ::6/128 dev lo',
       'ip -4 rule list fwmark 1337 lookup 133',
-      'ip -4 route add local default dev lo table 133',
+      'ip -4 route replace local default dev lo table 133',
       'ip -6 rule list fwmark 1337 lookup 133',
       'ip -6 rule add fwmark 1337 lookup 133',
-      'ip -6 route add local default dev lo table 133',
+      'ip -6 route replace local default dev lo table 133',
     ],
   );
+  assert.ok(runner.calls.every((c) => c.options.netns === '/n'));
+});
+
+test('without TPROXY only the IPv6 passthrough address is added', async () => {
+  const runner = createRecordingCommandRunner();
+  await configureTproxyRoutes(runner, { netns: '/n', ipv6: true, tproxy: false });
+  assert.deepEqual(runner.calls.map((c) => c.argv.join(' ')), ['ip -6 addr replace ::6/128 dev lo']);
 });
 
 test('other route failures are not swallowed', async () => {
