@@ -1,0 +1,83 @@
+import { open, readFile, readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from '@istio-cni/handoff';
+import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
+import { recordWrite, type WriteStats } from './writeStats.ts';
+
+/** Identity of a file version: changes whenever the file is rewritten or replaced. */
+function signature(st: { dev: number; ino: number; size: number; mtimeMs: number; ctimeMs: number; mode: number }): string {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${st.mode}`;
+}
+
+/**
+ * Remembers which target files were verified equal to which source version, so a pass over an
+ * unchanged node neither rewrites nor re-reads a (large) plugin binary.
+ */
+export type VerifiedCopies = Map<string, string>;
+
+async function sameContent(a: string, b: Buffer): Promise<boolean> {
+  const fh = await open(a, 'r');
+  try {
+    const st = await fh.stat();
+    if (st.size !== b.length) return false;
+    const data = await fh.readFile();
+    return data.equals(b);
+  } finally {
+    await fh.close();
+  }
+}
+
+export interface CopyBinariesOptions {
+  sourceDir: string;
+  targetDirs: readonly string[];
+  /** When given, only these names are copied (later passes never add new names). */
+  only?: ReadonlySet<string>;
+  verified?: VerifiedCopies;
+  logger?: Logger;
+  stats?: WriteStats;
+}
+
+/**
+ * Atomically copies every regular file of the source dir into each target dir (SPEC 5.2),
+ * removing stale temp files first and skipping targets that already hold the same bytes and mode.
+ * Returns the names copied (or already in place).
+ */
+export async function copyBinaries(o: CopyBinariesOptions): Promise<Set<string>> {
+  const names = new Set<string>();
+  for (const entry of await readdir(o.sourceDir, { withFileTypes: true })) {
+    if (entry.isDirectory()) continue;
+    if (o.only && !o.only.has(entry.name)) continue;
+    const src = join(o.sourceDir, entry.name);
+    const srcStat = await stat(src);
+    if (!srcStat.isFile()) continue;
+    names.add(entry.name);
+    const mode = srcStat.mode & 0o7777;
+    let data: Buffer | undefined;
+    for (const dir of o.targetDirs) {
+      const dst = join(dir, entry.name);
+      const stale = await removeStaleTemps(dst);
+      if (stale.length > 0) o.logger?.info('removed stale temp files', { dir, files: stale });
+      const srcSig = signature(srcStat);
+      try {
+        const dstStat = await stat(dst);
+        const key = `${srcSig}|${signature(dstStat)}`;
+        if (o.verified?.get(dst) === key) continue;
+        if ((dstStat.mode & 0o7777) === mode) {
+          data ??= await readFile(src);
+          if (await sameContent(dst, data)) {
+            o.verified?.set(dst, key);
+            continue;
+          }
+        }
+      } catch {
+        // Missing target: copy.
+      }
+      data ??= await readFile(src);
+      await atomicWrite(dst, data, mode);
+      recordWrite(o.stats, dst, data);
+      o.verified?.set(dst, `${srcSig}|${signature(await stat(dst))}`);
+      o.logger?.info('copied binary', { from: src, to: dst });
+    }
+  }
+  return names;
+}

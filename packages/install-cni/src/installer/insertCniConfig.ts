@@ -1,0 +1,74 @@
+import { isJsonObject, marshalSorted, parseJson, type JsonObject, type JsonValue } from './cniJson.ts';
+import { PLUGIN_TYPE } from './pluginConfig.ts';
+
+/** A config that cannot take (or give up) the istio-cni entry; the message names the file. */
+export class CniConfigError extends Error {
+  override name = 'CniConfigError';
+}
+
+function parseObject(what: string, text: string): JsonObject {
+  let v: JsonValue;
+  try {
+    v = parseJson(text);
+  } catch (err) {
+    throw new CniConfigError(`error loading ${what} (JSON error): ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (!isJsonObject(v)) throw new CniConfigError(`error loading ${what}: not a JSON object`);
+  return v;
+}
+
+/** The `plugins` list of a conflist, each entry checked to be an object. */
+export function getPlugins(conf: JsonObject): JsonObject[] {
+  const plugins = conf.plugins;
+  if (!Array.isArray(plugins)) throw new CniConfigError('error reading plugin list: no "plugins" array');
+  return plugins.map((p, i) => {
+    if (!isJsonObject(p)) throw new CniConfigError(`error reading plugin ${i}: not a JSON object`);
+    return p;
+  });
+}
+
+function withoutFirstIstio(plugins: JsonObject[]): JsonObject[] {
+  const i = plugins.findIndex((p) => p.type === PLUGIN_TYPE);
+  return i < 0 ? plugins : [...plugins.slice(0, i), ...plugins.slice(i + 1)];
+}
+
+/**
+ * Merges the istio-cni entry into an existing config (SPEC 5.5 `insertCNIConfig`): a single
+ * plugin is wrapped into a `k8s-pod-network` list, a list has its first istio-cni entry replaced
+ * by the new one appended last. Output keys are sorted at every depth.
+ */
+export function insertCniConfig(newConfig: string | JsonObject, existingText: string): string {
+  const istio = typeof newConfig === 'string' ? parseObject('Istio CNI config', newConfig) : { ...newConfig };
+  const existing = parseObject('existing CNI config', existingText);
+  delete istio.cniVersion;
+  if ('type' in existing) {
+    delete existing.cniVersion;
+    return marshalSorted({ cniVersion: '0.3.1', name: 'k8s-pod-network', plugins: [existing, istio] });
+  }
+  let plugins: JsonObject[];
+  try {
+    plugins = getPlugins(existing);
+  } catch (err) {
+    throw new CniConfigError(`existing CNI config: ${(err as Error).message}`);
+  }
+  return marshalSorted({ ...existing, plugins: [...withoutFirstIstio(plugins), istio] });
+}
+
+/** The config with its first istio-cni plugin removed, re-serialised (cleanup, CASES 5.1-B). */
+export function removeIstioEntry(existingText: string): string {
+  const existing = parseObject('CNI config', existingText);
+  return marshalSorted({ ...existing, plugins: withoutFirstIstio(getPlugins(existing)) });
+}
+
+/** True when the JSON text is a config that names istio-cni (top level or any list entry). */
+export function namesIstioCni(text: string): boolean {
+  let v: JsonValue;
+  try {
+    v = parseJson(text);
+  } catch {
+    return false;
+  }
+  if (!isJsonObject(v)) return false;
+  if (v.type === PLUGIN_TYPE) return true;
+  return Array.isArray(v.plugins) && v.plugins.some((p) => isJsonObject(p) && p.type === PLUGIN_TYPE);
+}

@@ -1,0 +1,272 @@
+import { basename, join } from 'node:path';
+import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
+import type { Settings } from '../settings/settings.ts';
+import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
+import { cleanupInstall, type CleanupReport } from './cleanupInstall.ts';
+import { cniConfigSettings, type CniConfigSettings } from './cniConfigSettings.ts';
+import { copyBinaries, type VerifiedCopies } from './copyBinaries.ts';
+import { DirWatcher, type WatchTarget } from './dirWatcher.ts';
+import { InstallThrottle, type ThrottleOptions } from './installThrottle.ts';
+import { writeKubeconfig } from './kubeconfig.ts';
+import { WaitAborted } from './resolveCniConfigPath.ts';
+import { writeCniConfig, type ConfigRecord } from './writeCniConfig.ts';
+import { newWriteStats, type WriteStats } from './writeStats.ts';
+
+export type InstallResult = 'SUCCESS' | 'COPY_BINARIES_FAILURE' | 'CREATE_KUBECONFIG_FAILURE' | 'CREATE_CNI_CONFIG_FAILURE';
+
+/** Where the installer reports (SPEC 5.10); the daemon backs it with Prometheus. */
+export interface InstallMetrics {
+  installResult(result: InstallResult): void;
+  setInstallReady(ready: boolean): void;
+}
+
+export type InstallerSettings = Pick<
+  Settings,
+  | 'cniBinSourceDir'
+  | 'cniBinTargetDirs'
+  | 'mountedCniNetDir'
+  | 'cniAgentRunDir'
+  | 'serviceAccountDir'
+  | 'kubeconfigMode'
+  | 'kubeCaFile'
+  | 'skipTlsVerify'
+  | 'k8sServiceProtocol'
+  | 'k8sServiceHost'
+  | 'k8sServicePort'
+> & { cni: CniConfigSettings };
+
+export function installerSettings(s: Settings): InstallerSettings {
+  return { ...s, cni: cniConfigSettings(s) };
+}
+
+export interface InstallerOptions {
+  settings: InstallerSettings;
+  logger: Logger;
+  metrics?: InstallMetrics;
+  onReadyChange?: (ready: boolean) => void;
+  throttle?: Partial<ThrottleOptions>;
+}
+
+/** A failed pass; `result` is the metric label it was counted under. */
+export class InstallError extends Error {
+  override name = 'InstallError';
+  readonly result: InstallResult;
+  constructor(result: InstallResult, message: string, options?: { cause: unknown }) {
+    super(message, options);
+    this.result = result;
+  }
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * Installs the plugin binary, its kubeconfig and the CNI config, then keeps them installed
+ * (SPEC 5.2-5.7), and removes them again on {@link cleanup} (SPEC 5.9, ARCHITECTURE §6).
+ */
+export class Installer {
+  readonly #s: InstallerSettings;
+  readonly #log: Logger;
+  readonly #metrics: InstallMetrics | undefined;
+  readonly #onReadyChange: ((ready: boolean) => void) | undefined;
+  readonly #throttleOptions: Partial<ThrottleOptions>;
+  readonly #state: CheckState = { configPath: '', primaryName: '' };
+  readonly #records = new Map<string, ConfigRecord>();
+  readonly #verified: VerifiedCopies = new Map();
+  #installedBins: Set<string> | undefined;
+  #ready = false;
+  /** Stats of the most recent pass. */
+  lastPass: WriteStats = newWriteStats();
+  passes = 0;
+
+  constructor(o: InstallerOptions) {
+    this.#s = o.settings;
+    this.#log = o.logger;
+    this.#metrics = o.metrics;
+    this.#onReadyChange = o.onReadyChange;
+    this.#throttleOptions = o.throttle ?? {};
+  }
+
+  get ready(): boolean {
+    return this.#ready;
+  }
+
+  /** The CNI config file holding our entry (or our own file); empty before the first pass. */
+  get configPath(): string {
+    return this.#state.configPath;
+  }
+
+  get kubeconfigPath(): string {
+    return runDirPath(this.#s.cniAgentRunDir, PLUGIN_KUBECONFIG);
+  }
+
+  #setReady(ready: boolean): void {
+    if (ready === this.#ready) return;
+    this.#ready = ready;
+    this.#metrics?.setInstallReady(ready);
+    this.#onReadyChange?.(ready);
+  }
+
+  #fail(result: InstallResult, what: string, err: unknown): never {
+    this.#metrics?.installResult(result);
+    if (err instanceof WaitAborted) throw err;
+    throw new InstallError(result, `${what}: ${message(err)}`, { cause: err });
+  }
+
+  /** One install pass: binaries, kubeconfig, then the CNI config only when it is not valid. */
+  async installAll(signal?: AbortSignal): Promise<WriteStats> {
+    const stats = newWriteStats();
+    const s = this.#s;
+    this.passes++;
+    try {
+      const copied = await copyBinaries({
+        sourceDir: s.cniBinSourceDir,
+        targetDirs: s.cniBinTargetDirs,
+        ...(this.#installedBins ? { only: this.#installedBins } : {}),
+        verified: this.#verified,
+        logger: this.#log,
+        stats,
+      });
+      this.#installedBins ??= copied;
+    } catch (err) {
+      if (message(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
+        this.#log.warn('hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation');
+      }
+      this.#fail('COPY_BINARIES_FAILURE', 'copy binaries', err);
+    }
+    try {
+      await writeKubeconfig({
+        path: this.kubeconfigPath,
+        mode: s.kubeconfigMode,
+        k8sServiceProtocol: s.k8sServiceProtocol,
+        k8sServiceHost: s.k8sServiceHost,
+        k8sServicePort: s.k8sServicePort,
+        kubeCaFile: s.kubeCaFile,
+        skipTlsVerify: s.skipTlsVerify,
+        tokenFile: join(s.serviceAccountDir, 'token'),
+        logger: this.#log,
+        stats,
+      });
+    } catch (err) {
+      this.#fail('CREATE_KUBECONFIG_FAILURE', 'write kubeconfig', err);
+    }
+    const problem = await checkValidCniConfig(s.cni, this.#state, this.#log);
+    if (problem === undefined) {
+      this.#log.debug('valid istio-cni config present; not modifying', { path: this.#state.configPath });
+    } else {
+      this.#log.info('CNI config requires updates; (re)writing', { path: this.#state.configPath, reason: problem });
+      try {
+        const record = await writeCniConfig(s.cni, {
+          primaryName: s.cni.cniConfName || (s.cni.owned ? this.#state.primaryName : ''),
+          ...(signal ? { signal } : {}),
+          logger: this.#log,
+          stats,
+        });
+        this.#remember(record);
+      } catch (err) {
+        this.#fail('CREATE_CNI_CONFIG_FAILURE', 'create CNI config file', err);
+      }
+    }
+    this.lastPass = stats;
+    return stats;
+  }
+
+  #remember(record: ConfigRecord): void {
+    const earlier = this.#records.get(record.path);
+    // Rewriting our own intact write: the bytes to restore are still those before the first one.
+    if (earlier && record.previous?.path === earlier.path && record.previous.bytes.toString('utf8') === earlier.written) {
+      record.previous = earlier.previous;
+    }
+    this.#records.set(record.path, record);
+    this.#state.configPath = record.path;
+    if (record.kind === 'owned' && record.primary !== undefined) this.#state.primaryName = record.primary;
+  }
+
+  #watchTargets(): WatchTarget[] {
+    const s = this.#s;
+    const bins = this.#installedBins ?? new Set<string>();
+    return [
+      ...s.cniBinTargetDirs.map((dir) => ({ dir, names: bins })),
+      { dir: s.mountedCniNetDir },
+      { dir: s.serviceAccountDir },
+      { dir: s.cniAgentRunDir, names: new Set([basename(this.kubeconfigPath)]) },
+    ];
+  }
+
+  /**
+   * Blocks until something we depend on may have changed (SPEC 5.7 steps 3-6). Ready only while
+   * the config is valid and no event is pending. Returns false when `signal` aborted.
+   */
+  async #sleepWatchInstall(signal: AbortSignal): Promise<boolean> {
+    // Created before the check so no change after the check is missed; fresh each time so our
+    // own writes of the previous pass are not seen as changes.
+    const watcher = new DirWatcher(this.#watchTargets());
+    try {
+      const problem = await checkValidCniConfig(this.#s.cni, this.#state, this.#log);
+      if (problem !== undefined) {
+        this.#log.info('CNI config invalid; reinstalling', { reason: problem });
+        return !signal.aborted;
+      }
+      if (watcher.pending) return !signal.aborted;
+      this.#setReady(true);
+      this.#metrics?.installResult('SUCCESS');
+      return await watcher.wait(signal);
+    } finally {
+      this.#setReady(false);
+      watcher.close();
+    }
+  }
+
+  /**
+   * First pass (errors are fatal), then watch and re-install until `signal` aborts. Later failed
+   * passes are logged and retried (paced by the throttle), so a writer racing us cannot stop the daemon.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    try {
+      await this.installAll(signal);
+    } catch (err) {
+      if (err instanceof WaitAborted && signal.aborted) return;
+      throw err;
+    }
+    this.#log.info('initial installation complete; watching for changes');
+    const throttle = new InstallThrottle(this.#throttleOptions);
+    while (!signal.aborted) {
+      const { warn } = await throttle.throttle(signal);
+      if (warn) {
+        const hint = this.#state.configPath.includes('cilium')
+          ? " Hint: Cilium CNI was detected; ensure 'cni.exclusive=false' in the Cilium configuration."
+          : '';
+        this.#log.warn(
+          'Configuration has been reconciled multiple times in a short period of time. ' +
+            `This may be due to a conflicting component constantly reverting our work.${hint}`,
+          { hits: throttle.hits, path: this.#state.configPath },
+        );
+      }
+      if (signal.aborted || !(await this.#sleepWatchInstall(signal))) break;
+      this.#log.debug('detected changes to the node-level CNI setup; checking');
+      try {
+        await this.installAll(signal);
+      } catch (err) {
+        if (err instanceof WaitAborted && signal.aborted) break;
+        this.#log.error('reinstall failed; will retry', { error: message(err) });
+      }
+    }
+  }
+
+  /** Removes what we installed (see {@link cleanupInstall}). */
+  async cleanup(): Promise<CleanupReport> {
+    this.#setReady(false);
+    const configs = [{ path: this.#state.configPath, record: this.#records.get(this.#state.configPath) }];
+    for (const [path, record] of this.#records) configs.push({ path, record });
+    return cleanupInstall({
+      netDir: this.#s.mountedCniNetDir,
+      chained: this.#s.cni.chainedCniPlugin,
+      owned: this.#s.cni.owned,
+      configs,
+      kubeconfigPath: this.kubeconfigPath,
+      binTargetDirs: this.#s.cniBinTargetDirs,
+      logger: this.#log,
+    });
+  }
+}

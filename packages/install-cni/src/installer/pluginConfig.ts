@@ -1,0 +1,40 @@
+import type { EnablementSelector } from '../settings/parseValues.ts';
+import { marshalOrdered, type JsonObject, type JsonValue } from './cniJson.ts';
+
+export const PLUGIN_TYPE = 'istio-cni';
+
+/** What the istio-cni entry carries (SPEC 5.5, CASES 5.1-A). */
+export interface PluginConfigInput {
+  pluginLogLevel: string;
+  cniAgentRunDir: string;
+  ambientEnabled: boolean;
+  enablementSelectors: EnablementSelector[];
+  excludeNamespaces: string[];
+  podNamespace: string;
+  nativeNftables: boolean;
+  enableAmbientDetectionRetry: boolean;
+}
+
+/** The plugin's own config object, keys in upstream's fixed order. */
+export function buildPluginConfig(input: PluginConfigInput): JsonObject {
+  return {
+    cniVersion: '0.3.1',
+    name: PLUGIN_TYPE,
+    type: PLUGIN_TYPE,
+    ipam: {},
+    dns: {},
+    plugin_log_level: input.pluginLogLevel,
+    cni_agent_run_dir: input.cniAgentRunDir,
+    ambient_enabled: input.ambientEnabled,
+    enablement_selectors: input.enablementSelectors as unknown as JsonValue,
+    exclude_namespaces: input.excludeNamespaces.length > 0 ? input.excludeNamespaces : null,
+    pod_namespace: input.podNamespace,
+    native_nftables: input.nativeNftables,
+    enable_ambient_detection_retry: input.enableAmbientDetectionRetry,
+  };
+}
+
+/** The standalone file text: fixed key order, 2-space indent, final newline. */
+export function pluginConfigText(input: PluginConfigInput): string {
+  return marshalOrdered(buildPluginConfig(input));
+}

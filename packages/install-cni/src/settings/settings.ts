@@ -1,0 +1,232 @@
+import { hostname } from 'node:os';
+import { Option, type Command } from 'commander';
+import { SETTING_SPECS, attributeName, flagName, type SettingSpec } from './settingSpecs.ts';
+import {
+  SettingsError,
+  parseBool,
+  parseEnablementSelectors,
+  parseFileMode,
+  parseInteger,
+  parseList,
+  parseLogOutputLevel,
+  parsePort,
+  type EnablementSelector,
+  type LogLevels,
+} from './parseValues.ts';
+
+export interface RepairSettings {
+  enabled: boolean;
+  repairPods: boolean;
+  deletePods: boolean;
+  labelPods: boolean;
+  brokenPodLabelKey: string;
+  brokenPodLabelValue: string;
+  nodeName: string;
+  sidecarAnnotation: string;
+  initContainerName: string;
+  initContainerTerminationMessage: string;
+  initContainerExitCode: number;
+  labelSelectors: string;
+  fieldSelectors: string;
+}
+
+/** The daemon's whole configuration, read once at start-up and passed down. */
+export interface Settings {
+  cniBinSourceDir: string;
+  cniBinTargetDirs: string[];
+  mountedCniNetDir: string;
+  cniAgentRunDir: string;
+  serviceAccountDir: string;
+  hostProcDir: string;
+  readinessPort: number;
+  /** `<= 0` disables the metrics server. */
+  monitoringPort: number;
+  cniConfName: string;
+  chainedCniPlugin: boolean;
+  istioOwnedCniConfig: boolean;
+  /** Already defaulted to `02-istio-cni.conflist` when empty. */
+  istioOwnedCniConfigFilename: string;
+  kubeconfigMode: number;
+  cniConfGroupRead: boolean;
+  /** Already defaulted to `<sa>/ca.crt` when empty. */
+  kubeCaFile: string;
+  skipTlsVerify: boolean;
+  ztunnelUdsAddress: string;
+  ambientEnabled: boolean;
+  enableAmbientDetectionRetry: boolean;
+  repair: RepairSettings;
+  excludeNamespaces: string[];
+  podNamespace: string;
+  ambientEnablementSelector: string;
+  enablementSelectors: EnablementSelector[];
+  ambientDnsCapture: boolean;
+  ambientIpv6: boolean;
+  ambientDisableSafeUpgrade: boolean;
+  ambientReconcilePodRulesOnStartup: boolean;
+  nativeNftables: boolean;
+  k8sServiceProtocol: string;
+  k8sServiceHost: string;
+  k8sServicePort: string;
+  k8sNodeName: string;
+  forceIptablesBinary: string;
+  allowSwitchToHostNs: boolean;
+  nodeName: string;
+  podName: string;
+  systemNamespace: string;
+  revision: string;
+  hostProbeSnatIp: string;
+  hostProbeSnatIpv6: string;
+  ambientUseScopedXtablesLocking: boolean;
+  ambientEnableAwsBranchEniProbe: boolean;
+  logLevels: LogLevels;
+}
+
+export const DEFAULT_OWNED_CONFIG_FILENAME = '02-istio-cni.conflist';
+
+/** Owned mode takes effect only for a chained plugin with ambient on (SPEC 5.5). */
+export function isOwnedMode(s: Pick<Settings, 'istioOwnedCniConfig' | 'chainedCniPlugin' | 'ambientEnabled'>): boolean {
+  return s.istioOwnedCniConfig && s.chainedCniPlugin && s.ambientEnabled;
+}
+
+/** Registers every flag-backed setting (plus istio's log flags) on `command`. */
+export function registerSettingsOptions(command: Command): Command {
+  for (const s of SETTING_SPECS) {
+    if (!s.flag) continue;
+    const name = flagName(s.env);
+    const help = `${s.help} (env ${s.env}, default ${JSON.stringify(s.default)})`;
+    command.addOption(s.kind === 'bool' ? new Option(`--${name} [bool]`, help) : new Option(`--${name} <value>`, help));
+  }
+  command.addOption(new Option('--log_output_level <levels>', 'log levels, e.g. cni-agent:debug,cni-plugin:info'));
+  command.addOption(new Option('--log_as_json [bool]', 'accepted for compatibility; logs are always JSON'));
+  return command;
+}
+
+export type ParsedOptions = Record<string, unknown>;
+export type Env = Record<string, string | undefined>;
+
+export interface ResolveOptions {
+  hostname?: () => string;
+}
+
+function rawValue(spec: SettingSpec, opts: ParsedOptions, env: Env): string {
+  if (spec.flag) {
+    const v = opts[attributeName(flagName(spec.env))];
+    if (v === true) return 'true';
+    if (typeof v === 'string') return v;
+  }
+  const e = env[spec.env];
+  return e === undefined ? spec.default : e;
+}
+
+/**
+ * Settings from parsed command-line options and an environment object: flag > env > default.
+ * Every invalid value is reported at once in one {@link SettingsError}.
+ */
+export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOptions = {}): Settings {
+  const errors: string[] = [];
+  const specs = new Map(SETTING_SPECS.map((s) => [s.env, s]));
+  const raw = (name: string): string => {
+    const s = specs.get(name);
+    if (!s) throw new Error(`unknown setting ${name}`);
+    return rawValue(s, opts, env);
+  };
+  function guard<T>(fallback: T, fn: () => T): T {
+    try {
+      return fn();
+    } catch (err) {
+      if (!(err instanceof SettingsError)) throw err;
+      errors.push(err.message);
+      return fallback;
+    }
+  }
+  const str = (n: string) => raw(n);
+  const bool = (n: string) => guard(false, () => parseBool(n, raw(n)));
+  const int = (n: string) => guard(0, () => parseInteger(n, raw(n)));
+  const port = (n: string) => guard(0, () => parsePort(n, raw(n)));
+  const list = (n: string) => parseList(raw(n));
+
+  const serviceAccountDir = str('SERVICE_ACCOUNT_DIR');
+  const monitoringPort = int('MONITORING_PORT');
+  if (monitoringPort > 65535) errors.push(`invalid MONITORING_PORT ${JSON.stringify(raw('MONITORING_PORT'))}: want a port 0-65535`);
+  const logLevelFlag = opts['log_output_level'];
+  const settings: Settings = {
+    cniBinSourceDir: str('CNI_BIN_SOURCE_DIR'),
+    cniBinTargetDirs: list('CNI_BIN_TARGET_DIRS'),
+    mountedCniNetDir: str('MOUNTED_CNI_NET_DIR'),
+    cniAgentRunDir: str('CNI_AGENT_RUN_DIR'),
+    serviceAccountDir,
+    hostProcDir: str('HOST_PROC_DIR'),
+    readinessPort: port('READINESS_PORT'),
+    monitoringPort,
+    cniConfName: str('CNI_CONF_NAME'),
+    chainedCniPlugin: bool('CHAINED_CNI_PLUGIN'),
+    istioOwnedCniConfig: bool('ISTIO_OWNED_CNI_CONFIG'),
+    istioOwnedCniConfigFilename: str('ISTIO_OWNED_CNI_CONFIG_FILENAME') || DEFAULT_OWNED_CONFIG_FILENAME,
+    kubeconfigMode: guard(0o600, () => parseFileMode('KUBECONFIG_MODE', raw('KUBECONFIG_MODE'))),
+    cniConfGroupRead: bool('CNI_CONF_GROUP_READ'),
+    kubeCaFile: str('KUBE_CA_FILE') || `${serviceAccountDir}/ca.crt`,
+    skipTlsVerify: bool('SKIP_TLS_VERIFY'),
+    ztunnelUdsAddress: str('ZTUNNEL_UDS_ADDRESS'),
+    ambientEnabled: bool('AMBIENT_ENABLED'),
+    enableAmbientDetectionRetry: bool('ENABLE_AMBIENT_DETECTION_RETRY'),
+    repair: {
+      enabled: bool('REPAIR_ENABLED'),
+      repairPods: bool('REPAIR_REPAIR_PODS'),
+      deletePods: bool('REPAIR_DELETE_PODS'),
+      labelPods: bool('REPAIR_LABEL_PODS'),
+      brokenPodLabelKey: str('REPAIR_BROKEN_POD_LABEL_KEY'),
+      brokenPodLabelValue: str('REPAIR_BROKEN_POD_LABEL_VALUE'),
+      nodeName: str('REPAIR_NODE_NAME'),
+      sidecarAnnotation: str('REPAIR_SIDECAR_ANNOTATION'),
+      initContainerName: str('REPAIR_INIT_CONTAINER_NAME'),
+      initContainerTerminationMessage: str('REPAIR_INIT_CONTAINER_TERMINATION_MESSAGE'),
+      initContainerExitCode: int('REPAIR_INIT_CONTAINER_EXIT_CODE'),
+      labelSelectors: str('REPAIR_LABEL_SELECTORS'),
+      fieldSelectors: str('REPAIR_FIELD_SELECTORS'),
+    },
+    excludeNamespaces: list('EXCLUDE_NAMESPACES'),
+    podNamespace: str('POD_NAMESPACE'),
+    ambientEnablementSelector: str('AMBIENT_ENABLEMENT_SELECTOR'),
+    enablementSelectors: guard([], () => parseEnablementSelectors(raw('AMBIENT_ENABLEMENT_SELECTOR'))),
+    ambientDnsCapture: bool('AMBIENT_DNS_CAPTURE'),
+    ambientIpv6: bool('AMBIENT_IPV6'),
+    ambientDisableSafeUpgrade: bool('AMBIENT_DISABLE_SAFE_UPGRADE'),
+    ambientReconcilePodRulesOnStartup: bool('AMBIENT_RECONCILE_POD_RULES_ON_STARTUP'),
+    nativeNftables: bool('NATIVE_NFTABLES'),
+    k8sServiceProtocol: str('KUBERNETES_SERVICE_PROTOCOL') || 'https',
+    k8sServiceHost: str('KUBERNETES_SERVICE_HOST'),
+    k8sServicePort: str('KUBERNETES_SERVICE_PORT'),
+    k8sNodeName: str('KUBERNETES_NODE_NAME') || (ro.hostname ?? hostname)(),
+    forceIptablesBinary: str('FORCE_IPTABLES_BINARY'),
+    allowSwitchToHostNs: bool('ALLOW_SWITCH_TO_HOST_NS'),
+    nodeName: str('NODE_NAME'),
+    podName: str('POD_NAME'),
+    systemNamespace: str('SYSTEM_NAMESPACE') || 'istio-system',
+    revision: str('REVISION'),
+    hostProbeSnatIp: str('HOST_PROBE_SNAT_IP'),
+    hostProbeSnatIpv6: str('HOST_PROBE_SNAT_IPV6'),
+    ambientUseScopedXtablesLocking: bool('AMBIENT_USE_SCOPED_XTABLES_LOCKING'),
+    ambientEnableAwsBranchEniProbe: bool('AMBIENT_ENABLE_AWS_BRANCH_ENI_PROBE'),
+    logLevels: guard(parseLogOutputLevel(undefined), () =>
+      parseLogOutputLevel(typeof logLevelFlag === 'string' ? logLevelFlag : undefined),
+    ),
+  };
+  if (settings.cniBinTargetDirs.length === 0) errors.push('invalid CNI_BIN_TARGET_DIRS "": want at least one directory');
+  for (const [name, value] of [
+    ['CNI_BIN_SOURCE_DIR', settings.cniBinSourceDir],
+    ['MOUNTED_CNI_NET_DIR', settings.mountedCniNetDir],
+    ['CNI_AGENT_RUN_DIR', settings.cniAgentRunDir],
+  ] as const) {
+    if (value === '') errors.push(`invalid ${name} "": want a directory`);
+  }
+  for (const [name, value] of [
+    ['CNI_CONF_NAME', settings.cniConfName],
+    ['ISTIO_OWNED_CNI_CONFIG_FILENAME', settings.istioOwnedCniConfigFilename],
+  ] as const) {
+    if (value.includes('/') || value === '.' || value === '..') {
+      errors.push(`invalid ${name} ${JSON.stringify(value)}: want a file name inside MOUNTED_CNI_NET_DIR`);
+    }
+  }
+  if (errors.length > 0) throw new SettingsError(errors.join('; '));
+  return settings;
+}
