@@ -35,3 +35,4 @@ export { buildSidecarNftRules } from './buildSidecarNftRules.ts';
 export { renderNftTransaction } from './renderNftTransaction.ts';
 export { isAgentPod, isKubernetesPod, sidecarDecision } from './sidecarDecision.ts';
 export type { SidecarDecision } from './sidecarDecision.ts';
+export { localSkipReason, type LocalPolicy } from './localSkipReason.ts';

@@ -100,7 +100,12 @@ export function encodeResult(result: Result, version: string): Record<string, un
   return encode020(result, version, from === '020');
 }
 
-/** A result with nothing in it, as `version` (what a chained plugin prints without prevResult). */
+/**
+ * A result with nothing in it, as `version` (what a chained plugin prints without prevResult).
+ * Go's converter refuses an address-less 0.1.0/0.2.0 result ("no valid IP addresses"); a plugin
+ * that only adds rules has no addresses to report, so for those versions this is `{cniVersion, dns}`.
+ */
 export function emptyResult(version: string): Record<string, unknown> {
+  if (version === '0.1.0' || version === '0.2.0') return { cniVersion: version, dns: {} };
   return encodeResult({ cniVersion: LATEST_VERSION, interfaces: [], ips: [], routes: [], dns: {} }, version);
 }

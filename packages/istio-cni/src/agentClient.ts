@@ -1,0 +1,46 @@
+import {
+  HANDOFF_PATH,
+  HANDOFF_TIMEOUT_MS,
+  PLUGIN_EVENT_SOCKET,
+  UdsConnectError,
+  UdsTimeoutError,
+  parseHandoffResponse,
+  postJson,
+  runDirPath,
+  type HandoffRequest,
+  type HandoffResponse,
+} from '@istio-cni/handoff';
+
+/** The agent could not be reached at all: no socket, nobody listening, or no answer in time. */
+export class AgentUnreachableError extends Error {
+  override name = 'AgentUnreachableError';
+}
+
+export interface AgentClient {
+  /** Throws {@link AgentUnreachableError} when the agent is not there; other errors are protocol faults. */
+  call(request: HandoffRequest): Promise<HandoffResponse>;
+}
+
+export function udsAgentClient(runDir: string, timeoutMs = HANDOFF_TIMEOUT_MS): AgentClient {
+  const socketPath = runDirPath(runDir, PLUGIN_EVENT_SOCKET);
+  return {
+    async call(request) {
+      let res;
+      try {
+        res = await postJson(socketPath, HANDOFF_PATH, request, timeoutMs);
+      } catch (err) {
+        if (err instanceof UdsConnectError || err instanceof UdsTimeoutError) {
+          throw new AgentUnreachableError(err.message);
+        }
+        throw err;
+      }
+      let body: unknown;
+      try {
+        body = JSON.parse(res.body);
+      } catch {
+        throw new Error(`istio-cni agent answered HTTP ${res.status} with a non-JSON body: ${res.body.slice(0, 200)}`);
+      }
+      return parseHandoffResponse(body);
+    },
+  };
+}

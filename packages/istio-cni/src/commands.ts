@@ -1,0 +1,169 @@
+import {
+  CniError,
+  ErrorCode,
+  emptyResult,
+  encodeResult,
+  parseK8sArgs,
+  validAttachments,
+  type CmdArgs,
+  type K8sArgs,
+  type NetConf,
+  type PluginFuncs,
+} from '@istio-cni/cni';
+import {
+  PROTOCOL,
+  isFailure,
+  type HandoffCommand,
+  type HandoffRequest,
+  type HandoffVerdict,
+  type Logger,
+  type PodIp,
+} from '@istio-cni/handoff';
+import { localSkipReason } from '@istio-cni/capture';
+import { AgentUnreachableError, type AgentClient } from './agentClient.ts';
+import { parsePluginConfig, type PluginConfig } from './pluginConfig.ts';
+
+export interface PluginDeps {
+  agentFor(config: PluginConfig): AgentClient;
+  logger: Logger;
+  /** Called once the netconf is parsed, so logging can follow `plugin_log_level` and the run dir. */
+  onConfig?(config: PluginConfig): void;
+}
+
+/** Why an invocation is answered without asking the agent, or `undefined` when the agent decides. */
+export function skipReason(k8s: K8sArgs, config: PluginConfig): string | undefined {
+  return localSkipReason(k8s.podName, k8s.podNamespace, {
+    agentNamespace: config.podNamespace,
+    excludeNamespaces: config.excludeNamespaces,
+  });
+}
+
+function prevResultIps(conf: NetConf): PodIp[] {
+  return (conf.prevResult?.ips ?? []).map((ip) => {
+    const out: PodIp = { address: ip.address };
+    if (ip.gateway) out.gateway = ip.gateway;
+    if (ip.interface !== undefined) out.interface = ip.interface;
+    return out;
+  });
+}
+
+export function handoffRequest(command: HandoffCommand, args: CmdArgs, conf: NetConf, k8s: K8sArgs): HandoffRequest {
+  const request: HandoffRequest = {
+    protocol: PROTOCOL,
+    command,
+    cniVersion: conf.cniVersion,
+    containerId: args.containerId,
+    netns: args.netns,
+    ifName: args.ifName,
+    pod: {
+      name: k8s.podName,
+      namespace: k8s.podNamespace,
+      uid: k8s.podUid,
+      infraContainerId: k8s.podInfraContainerId,
+    },
+    ips: prevResultIps(conf),
+  };
+  if (command === 'GC') request.validAttachments = validAttachments(conf);
+  return request;
+}
+
+/** Pass-through output: `prevResult` in the netconf's version, or an empty result of that version. */
+export function passThrough(conf: NetConf): Record<string, unknown> {
+  return conf.prevResult ? encodeResult(conf.prevResult, conf.cniVersion) : emptyResult(conf.cniVersion);
+}
+
+async function askAgent(agent: AgentClient, request: HandoffRequest): Promise<HandoffVerdict> {
+  const response = await agent.call(request);
+  if (isFailure(response)) {
+    throw new CniError(response.error.code, response.error.msg, response.error.details ?? '');
+  }
+  return response;
+}
+
+export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
+  const prepare = (args: CmdArgs, conf: NetConf) => {
+    const config = parsePluginConfig(conf);
+    deps.onConfig?.(config);
+    const k8s = parseK8sArgs(args.args);
+    const log = deps.logger.with({
+      pod: `${k8s.podNamespace}/${k8s.podName}`,
+      containerID: args.containerId,
+    });
+    return { config, k8s, log };
+  };
+
+  return {
+    async add(args, conf) {
+      const { config, k8s, log } = prepare(args, conf);
+      const skip = skipReason(k8s, config);
+      if (skip) {
+        log.debug('skipping pod', { reason: skip });
+        return passThrough(conf);
+      }
+      try {
+        const verdict = await askAgent(deps.agentFor(config), handoffRequest('ADD', args, conf, k8s));
+        log.info('pod handled by agent', { verdict: verdict.verdict, reason: verdict.reason });
+      } catch (err) {
+        if (err instanceof AgentUnreachableError) {
+          throw new CniError(
+            ErrorCode.TryAgainLater,
+            'istio-cni node agent is not reachable; retry once it is running',
+            err.message,
+          );
+        }
+        throw err;
+      }
+      return passThrough(conf);
+    },
+
+    async del(args, conf) {
+      // DEL is best effort: it must never wedge pod deletion (ARCHITECTURE §5).
+      const { config, k8s, log } = prepare(args, conf);
+      if (skipReason(k8s, config)) return;
+      try {
+        await askAgent(deps.agentFor(config), handoffRequest('DEL', args, conf, k8s));
+      } catch (err) {
+        log.warn('DEL not acknowledged by agent; ignoring', { error: (err as Error).message });
+      }
+    },
+
+    async check(args, conf) {
+      const { config, k8s } = prepare(args, conf);
+      if (skipReason(k8s, config)) return;
+      try {
+        await askAgent(deps.agentFor(config), handoffRequest('CHECK', args, conf, k8s));
+      } catch (err) {
+        if (err instanceof AgentUnreachableError) {
+          throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable', err.message);
+        }
+        throw err;
+      }
+    },
+
+    async gc(args, conf) {
+      const { config, log } = prepare(args, conf);
+      try {
+        await askAgent(deps.agentFor(config), handoffRequest('GC', args, conf, emptyK8sArgs()));
+      } catch (err) {
+        if (!(err instanceof AgentUnreachableError)) throw err;
+        log.debug('agent not reachable during GC; nothing to collect here');
+      }
+    },
+
+    async status(args, conf) {
+      const { config } = prepare(args, conf);
+      try {
+        await askAgent(deps.agentFor(config), handoffRequest('STATUS', args, conf, emptyK8sArgs()));
+      } catch (err) {
+        if (err instanceof AgentUnreachableError) {
+          throw new CniError(ErrorCode.PluginNotAvailable, 'istio-cni node agent is not reachable', err.message);
+        }
+        throw err;
+      }
+    },
+  };
+}
+
+function emptyK8sArgs(): K8sArgs {
+  return { podName: '', podNamespace: '', podUid: '', podInfraContainerId: '' };
+}

@@ -1,0 +1,51 @@
+import { readFileSync } from 'node:fs';
+import { SUPPORTED_VERSIONS, dispatch } from '@istio-cni/cni';
+import { VERSION, createJsonLogger, parseLogThreshold } from '@istio-cni/handoff';
+import { udsAgentClient } from './agentClient.ts';
+import { createPluginFuncs } from './commands.ts';
+import { LogForwarder } from './logForwarder.ts';
+
+const ABOUT = `CNI plugin istio-cni ${VERSION}`;
+
+function readStdin(): Buffer {
+  try {
+    return readFileSync(0);
+  } catch {
+    return Buffer.alloc(0);
+  }
+}
+
+async function main(): Promise<void> {
+  if (process.argv.includes('--version')) {
+    process.stdout.write(`${ABOUT}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+    return;
+  }
+  const forwarder = new LogForwarder();
+  const logger = createJsonLogger({
+    scope: 'cni-plugin',
+    sink: (line) => {
+      process.stderr.write(line + '\n');
+      forwarder.push(line);
+    },
+  });
+  const funcs = createPluginFuncs({
+    logger,
+    agentFor: (config) => udsAgentClient(config.cniAgentRunDir),
+    onConfig: (config) => {
+      logger.setThreshold(parseLogThreshold(config.pluginLogLevel));
+      forwarder.setRunDir(config.cniAgentRunDir);
+    },
+  });
+  const outcome = await dispatch(process.env, readStdin(), funcs, ABOUT);
+  process.stdout.write(outcome.stdout);
+  if (outcome.stderr) process.stderr.write(outcome.stderr);
+  await forwarder.flush();
+  process.exitCode = outcome.exitCode;
+}
+
+main().catch((err: unknown) => {
+  // dispatch() never throws; this is the last line of defence so the runtime still gets JSON.
+  const msg = err instanceof Error ? err.message : String(err);
+  process.stdout.write(JSON.stringify({ cniVersion: '1.1.0', code: 999, msg }, null, 4) + '\n');
+  process.exitCode = 1;
+});

@@ -1,0 +1,87 @@
+import { CniError, ErrorCode, type NetConf } from '@istio-cni/cni';
+import { DEFAULT_RUN_DIR } from '@istio-cni/handoff';
+
+/** A Kubernetes label selector as JSON (`matchLabels`, `matchExpressions`). Evaluated by the agent. */
+export type LabelSelectorJson = Record<string, unknown>;
+
+export interface EnablementSelector {
+  podSelector?: LabelSelectorJson;
+  namespaceSelector?: LabelSelectorJson;
+}
+
+/** The istio-cni keys of the netconf (SPEC 2.2). */
+export interface PluginConfig {
+  pluginLogLevel: string;
+  cniAgentRunDir: string;
+  ambientEnabled: boolean;
+  enablementSelectors: EnablementSelector[];
+  excludeNamespaces: string[];
+  podNamespace: string;
+  nativeNftables: boolean;
+  enableAmbientDetectionRetry: boolean;
+}
+
+function invalid(key: string, expected: string, value: unknown): CniError {
+  return new CniError(
+    ErrorCode.InvalidNetworkConfig,
+    `invalid istio-cni config: ${key} must be ${expected}, got ${JSON.stringify(value)}`,
+  );
+}
+
+function stringKey(raw: Record<string, unknown>, key: string, fallback: string): string {
+  const v = raw[key];
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== 'string') throw invalid(key, 'a string', v);
+  return v;
+}
+
+function boolKey(raw: Record<string, unknown>, key: string): boolean {
+  const v = raw[key];
+  if (v === undefined || v === null) return false;
+  if (typeof v !== 'boolean') throw invalid(key, 'a boolean', v);
+  return v;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function selectorsKey(raw: Record<string, unknown>): EnablementSelector[] {
+  const v = raw.enablement_selectors;
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw invalid('enablement_selectors', 'an array', v);
+  return v.map((entry, i) => {
+    if (!isPlainObject(entry)) throw invalid(`enablement_selectors[${i}]`, 'an object', entry);
+    const out: EnablementSelector = {};
+    for (const k of ['podSelector', 'namespaceSelector'] as const) {
+      const sel = entry[k];
+      if (sel === undefined || sel === null) continue;
+      if (!isPlainObject(sel)) throw invalid(`enablement_selectors[${i}].${k}`, 'an object', sel);
+      out[k] = sel;
+    }
+    return out;
+  });
+}
+
+function namespacesKey(raw: Record<string, unknown>): string[] {
+  const v = raw.exclude_namespaces;
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || !v.every((n) => typeof n === 'string')) {
+    throw invalid('exclude_namespaces', 'an array of strings', v);
+  }
+  return v as string[];
+}
+
+export function parsePluginConfig(conf: NetConf): PluginConfig {
+  const raw = conf.raw;
+  return {
+    pluginLogLevel: stringKey(raw, 'plugin_log_level', ''),
+    cniAgentRunDir: stringKey(raw, 'cni_agent_run_dir', '') || DEFAULT_RUN_DIR,
+    ambientEnabled: boolKey(raw, 'ambient_enabled'),
+    enablementSelectors: selectorsKey(raw),
+    excludeNamespaces: namespacesKey(raw),
+    podNamespace: stringKey(raw, 'pod_namespace', ''),
+    nativeNftables: boolKey(raw, 'native_nftables'),
+    enableAmbientDetectionRetry: boolKey(raw, 'enable_ambient_detection_retry'),
+  };
+}

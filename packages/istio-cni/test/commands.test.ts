@@ -1,0 +1,175 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { CniError, parseNetConf, type CmdArgs } from '@istio-cni/cni';
+import { createJsonLogger, type HandoffRequest, type HandoffResponse } from '@istio-cni/handoff';
+import { AgentUnreachableError, type AgentClient } from '../src/agentClient.ts';
+import { createPluginFuncs, skipReason } from '../src/commands.ts';
+import { parsePluginConfig } from '../src/pluginConfig.ts';
+
+const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
+
+function fakeAgent(answer: HandoffResponse | Error): AgentClient & { requests: HandoffRequest[] } {
+  const requests: HandoffRequest[] = [];
+  return {
+    requests,
+    async call(request) {
+      requests.push(request);
+      if (answer instanceof Error) throw answer;
+      return answer;
+    },
+  };
+}
+
+function args(command: CmdArgs['command'], cniArgs: string): CmdArgs {
+  return {
+    command,
+    containerId: 'c1',
+    netns: '/var/run/netns/p1',
+    ifName: 'eth0',
+    args: cniArgs,
+    path: ['/opt/cni/bin'],
+    stdin: Buffer.alloc(0),
+    netnsOverride: '',
+  };
+}
+
+const podArgs = 'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=uid-1;K8S_POD_INFRA_CONTAINER_ID=c1';
+const prevResult = {
+  cniVersion: '1.0.0',
+  interfaces: [{ name: 'eth0', sandbox: '/var/run/netns/p1' }],
+  ips: [{ address: '10.0.0.5/24', gateway: '10.0.0.1', interface: 0 }],
+  dns: {},
+};
+
+function conf(extra: Record<string, unknown> = {}) {
+  return parseNetConf(
+    JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'k8s-pod-network',
+      type: 'istio-cni',
+      cni_agent_run_dir: '/run/x',
+      pod_namespace: 'istio-system',
+      exclude_namespaces: ['kube-system'],
+      ...extra,
+    }),
+  );
+}
+
+describe('skipReason (SPEC 2.4 steps 2, 5, 6)', () => {
+  const config = parsePluginConfig(conf());
+  const k8s = (podNamespace: string, podName: string) => ({ podNamespace, podName, podUid: '', podInfraContainerId: '' });
+  const cases: [string, string, string | undefined][] = [
+    ['istio-system', 'istio-cni-node-abcde', 'istio-cni agent pod'],
+    ['other', 'istio-cni-node-abcde', undefined],
+    ['istio-system', 'istio-cni-nodes', undefined],
+    ['', 'web-0', 'not a kubernetes pod'],
+    ['default', '', 'not a kubernetes pod'],
+    ['kube-system', 'coredns', 'excluded namespace'],
+    ['default', 'web-0', undefined],
+  ];
+  for (const [ns, name, want] of cases) {
+    it(`${ns}/${name} → ${want ?? 'ask the agent'}`, () => {
+      assert.equal(skipReason(k8s(ns, name), config), want);
+    });
+  }
+
+  it('recognises the agent pod before the excluded-namespace check', () => {
+    const c = parsePluginConfig(conf({ exclude_namespaces: ['istio-system'] }));
+    assert.equal(skipReason(k8s('istio-system', 'istio-cni-node-x'), c), 'istio-cni agent pod');
+  });
+});
+
+describe('createPluginFuncs', () => {
+  it('ADD hands off the pod, its IPs and netns, then passes prevResult through', async () => {
+    const agent = fakeAgent({ protocol: 1, verdict: 'redirected' });
+    const funcs = createPluginFuncs({ logger, agentFor: () => agent });
+    const out = await funcs.add(args('ADD', podArgs), conf({ prevResult }));
+    assert.deepEqual(out, prevResult);
+    assert.equal(agent.requests.length, 1);
+    const r = agent.requests[0] as HandoffRequest;
+    assert.equal(r.command, 'ADD');
+    assert.equal(r.netns, '/var/run/netns/p1');
+    assert.deepEqual(r.pod, { name: 'web-0', namespace: 'default', uid: 'uid-1', infraContainerId: 'c1' });
+    assert.deepEqual(r.ips, [{ address: '10.0.0.5/24', gateway: '10.0.0.1', interface: 0 }]);
+  });
+
+  it('ADD skips locally without contacting the agent for an excluded namespace', async () => {
+    const agent = fakeAgent(new Error('must not be called'));
+    const funcs = createPluginFuncs({ logger, agentFor: () => agent });
+    await funcs.add(args('ADD', 'K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=dns;IgnoreUnknown=1'), conf({ prevResult }));
+    assert.equal(agent.requests.length, 0);
+  });
+
+  it('ADD returns the agent CNI error unchanged', async () => {
+    const agent = fakeAgent({ protocol: 1, error: { code: 11, msg: 'no ztunnel connection', details: 'd' } });
+    const funcs = createPluginFuncs({ logger, agentFor: () => agent });
+    await assert.rejects(funcs.add(args('ADD', podArgs), conf()), (err: unknown) => {
+      return err instanceof CniError && err.code === 11 && err.message === 'no ztunnel connection' && err.details === 'd';
+    });
+  });
+
+  it('ADD fails with code 11 when the agent is unreachable', async () => {
+    const funcs = createPluginFuncs({ logger, agentFor: () => fakeAgent(new AgentUnreachableError('ENOENT')) });
+    await assert.rejects(funcs.add(args('ADD', podArgs), conf()), (err: unknown) => err instanceof CniError && err.code === 11);
+  });
+
+  it('DEL succeeds even when the agent fails or is unreachable', async () => {
+    for (const answer of [new AgentUnreachableError('gone'), new Error('protocol fault')]) {
+      const funcs = createPluginFuncs({ logger, agentFor: () => fakeAgent(answer) });
+      await funcs.del(args('DEL', podArgs), conf());
+    }
+  });
+
+  it('STATUS is 50 when the agent is unreachable and the agent error otherwise', async () => {
+    const down = createPluginFuncs({ logger, agentFor: () => fakeAgent(new AgentUnreachableError('gone')) });
+    await assert.rejects(down.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })), (e: unknown) => e instanceof CniError && e.code === 50);
+    const notReady = createPluginFuncs({
+      logger,
+      agentFor: () => fakeAgent({ protocol: 1, error: { code: 50, msg: 'watches not synced' } }),
+    });
+    await assert.rejects(notReady.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })), /watches not synced/);
+  });
+
+  it('GC sends the valid attachments to the agent', async () => {
+    const agent = fakeAgent({ protocol: 1, verdict: 'ok' });
+    const funcs = createPluginFuncs({ logger, agentFor: () => agent });
+    await funcs.gc(
+      args('GC', ''),
+      conf({ cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'a', ifname: 'eth0' }] }),
+    );
+    assert.deepEqual(agent.requests[0]?.validAttachments, [{ containerId: 'a', ifName: 'eth0' }]);
+  });
+});
+
+describe('parsePluginConfig', () => {
+  it('applies the defaults of SPEC 2.2', () => {
+    const c = parsePluginConfig(parseNetConf('{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}'));
+    assert.deepEqual(c, {
+      pluginLogLevel: '',
+      cniAgentRunDir: '/var/run/istio-cni',
+      ambientEnabled: false,
+      enablementSelectors: [],
+      excludeNamespaces: [],
+      podNamespace: '',
+      nativeNftables: false,
+      enableAmbientDetectionRetry: false,
+    });
+  });
+
+  const bad: [string, unknown, RegExp][] = [
+    ['ambient_enabled', 'true', /ambient_enabled must be a boolean/],
+    ['exclude_namespaces', 'kube-system', /exclude_namespaces must be an array of strings/],
+    ['exclude_namespaces', [1], /exclude_namespaces must be an array of strings/],
+    ['cni_agent_run_dir', 5, /cni_agent_run_dir must be a string/],
+    ['enablement_selectors', {}, /enablement_selectors must be an array/],
+    ['enablement_selectors', [{ podSelector: 'x' }], /enablement_selectors\[0\]\.podSelector must be an object/],
+  ];
+  for (const [key, value, msg] of bad) {
+    it(`rejects ${key}=${JSON.stringify(value)} with code 7`, () => {
+      assert.throws(
+        () => parsePluginConfig(conf({ [key]: value })),
+        (err: unknown) => err instanceof CniError && err.code === 7 && msg.test(err.message),
+      );
+    });
+  }
+});
