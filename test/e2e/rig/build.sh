@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Builds the e2e rig (a real control plane and container runtime) from package registries only:
+# Go modules through the module proxy, containerd and runc from Debian. Everything lands in the
+# git-ignored .e2e-cache/, and each component is skipped when its stamp matches, so only the first
+# run on a machine pays. Prints how long each component took.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+RIG_SRC="$ROOT/test/e2e/rig"
+CACHE="${E2E_CACHE:-$ROOT/.e2e-cache}"
+BIN="$CACHE/bin"
+WORK="$CACHE/work"
+GO="${GO:-/usr/local/go/bin/go}"
+
+ETCD_VERSION="v3.6.16"
+KUBERNETES_VERSION="v1.34.12"
+STAGING_VERSION="v0.34.12"
+CRI_TOOLS_VERSION="v1.34.0"
+CNI_VERSION="v1.3.0"
+HELM_VERSION="v3.19.0"
+PAUSE_IMAGE="localhost/istio-cni-e2e/pause:v1"
+
+# The staging modules k8s.io/kubernetes replaces with ./staging/src/k8s.io/*: a module zip
+# cannot carry them, so the throwaway module pins each to its published twin.
+STAGING_MODULES=(
+  api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+  cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
+  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
+  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
+  mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller
+)
+
+mkdir -p "$BIN" "$WORK"
+export GOPATH="$CACHE/go"
+export GOMODCACHE="$CACHE/go/pkg/mod"
+export GOCACHE="$CACHE/go-build"
+export GOBIN="$BIN"
+export GOTOOLCHAIN=local
+export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export CGO_ENABLED=0
+LDFLAGS="-s -w"
+
+TIMES_FILE="$CACHE/build-times.txt"
+SUMMARY=()
+
+now() { date +%s.%N; }
+
+# run_step NAME STAMP_KEY FUNCTION: skips FUNCTION when $BIN/.NAME.stamp holds STAMP_KEY.
+run_step() {
+  local name="$1" key="$2" fn="$3"
+  local stamp="$BIN/.$name.stamp"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
+    SUMMARY+=("$(printf '%-16s cached  (%s)' "$name" "$key")")
+    return 0
+  fi
+  echo "==> building $name ($key)" >&2
+  local start end
+  start="$(now)"
+  if ! "$fn"; then
+    echo "!!! $name failed to build" >&2
+    SUMMARY+=("$(printf '%-16s FAILED' "$name")")
+    print_summary
+    exit 1
+  fi
+  end="$(now)"
+  echo "$key" >"$stamp"
+  local took
+  took="$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')"
+  SUMMARY+=("$(printf '%-16s %7ss (%s)' "$name" "$took" "$key")")
+  echo "$(date -u +%FT%TZ) $name $took $key" >>"$TIMES_FILE"
+}
+
+print_summary() {
+  echo "---- e2e rig ($CACHE)" >&2
+  local line
+  for line in "${SUMMARY[@]}"; do echo "$line" >&2; done
+}
+
+build_runtime_packages() {
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containerd runc)
+  "${install[@]}" || { apt-get update && "${install[@]}"; }
+  command -v containerd >/dev/null && command -v runc >/dev/null && command -v ctr >/dev/null
+}
+
+build_etcd() {
+  # The etcd server binary is etcdmain.Main from the server module; the root module
+  # (go.etcd.io/etcd/v3) only wraps that call and replaces its siblings with local paths.
+  local dir="$WORK/etcd"
+  rm -rf "$dir" && mkdir -p "$dir"
+  cat >"$dir/go.mod" <<EOF
+module e2e.rig/etcd
+
+go 1.24
+EOF
+  cat >"$dir/main.go" <<'EOF'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+  (cd "$dir" && "$GO" get "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION" \
+    && "$GO" build -ldflags="$LDFLAGS" -o "$BIN/etcd" .)
+}
+
+build_kube_apiserver() {
+  local dir="$WORK/kubernetes"
+  rm -rf "$dir" && mkdir -p "$dir"
+  {
+    echo "module e2e.rig/kubernetes"
+    echo
+    echo "go 1.25.0"
+    echo
+    echo "godebug default=go1.24"
+    echo
+    echo "replace ("
+    local m
+    for m in "${STAGING_MODULES[@]}"; do
+      echo "	k8s.io/$m => k8s.io/$m $STAGING_VERSION"
+    done
+    echo ")"
+  } >"$dir/go.mod"
+  local minor="${KUBERNETES_VERSION#v1.}"
+  minor="${minor%%.*}"
+  local x="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
+  x+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  x+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+  x+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  (cd "$dir" && "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
+    && "$GO" build -ldflags="$LDFLAGS $x" -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+}
+
+build_crictl() {
+  "$GO" install -ldflags="$LDFLAGS -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION"
+}
+
+build_cnitool() {
+  "$GO" install -ldflags="$LDFLAGS" "github.com/containernetworking/cni/cnitool@$CNI_VERSION"
+}
+
+build_helm() {
+  "$GO" install -ldflags="$LDFLAGS -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+# A single static binary in a one-layer OCI image, imported per run with
+# `ctr -n k8s.io images import` because no registry can be reached.
+build_pause_image() {
+  local dir="$WORK/pause"
+  rm -rf "$dir" && mkdir -p "$dir/rootfs" "$dir/oci/blobs/sha256"
+  gcc -static -Os -s -o "$dir/rootfs/pause" "$RIG_SRC/pause.c"
+  cp "$dir/rootfs/pause" "$BIN/pause"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$dir/rootfs" -cf "$dir/layer.tar" pause
+  local layer_digest layer_size config_digest config_size manifest_digest manifest_size
+  layer_digest="$(sha256sum "$dir/layer.tar" | cut -d' ' -f1)"
+  layer_size="$(stat -c %s "$dir/layer.tar")"
+  mv "$dir/layer.tar" "$dir/oci/blobs/sha256/$layer_digest"
+  printf '%s' "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[\"/pause\"],\"User\":\"65535:65535\"},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_digest\"]}}" >"$dir/config.json"
+  config_digest="$(sha256sum "$dir/config.json" | cut -d' ' -f1)"
+  config_size="$(stat -c %s "$dir/config.json")"
+  mv "$dir/config.json" "$dir/oci/blobs/sha256/$config_digest"
+  printf '%s' "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:$config_digest\",\"size\":$config_size},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"sha256:$layer_digest\",\"size\":$layer_size}]}" >"$dir/manifest.json"
+  manifest_digest="$(sha256sum "$dir/manifest.json" | cut -d' ' -f1)"
+  manifest_size="$(stat -c %s "$dir/manifest.json")"
+  mv "$dir/manifest.json" "$dir/oci/blobs/sha256/$manifest_digest"
+  printf '%s' "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$manifest_digest\",\"size\":$manifest_size,\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"},\"annotations\":{\"io.containerd.image.name\":\"$PAUSE_IMAGE\",\"org.opencontainers.image.ref.name\":\"${PAUSE_IMAGE##*:}\"}}]}" >"$dir/oci/index.json"
+  printf '%s' '{"imageLayoutVersion":"1.0.0"}' >"$dir/oci/oci-layout"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$dir/oci" -cf "$BIN/pause-image.tar" oci-layout index.json blobs
+  echo "$PAUSE_IMAGE" >"$BIN/pause-image.ref"
+}
+
+pause_key="$PAUSE_IMAGE $(sha256sum "$RIG_SRC/pause.c" | cut -c1-12) $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
+
+TOTAL_START="$(now)"
+runtime_key="debian $(dpkg-query -W -f='${Package}=${Version} ' containerd runc 2>/dev/null || echo missing)"
+run_step containerd-runc "$runtime_key" build_runtime_packages
+run_step pause-image "$pause_key" build_pause_image
+run_step etcd "$ETCD_VERSION" build_etcd
+run_step crictl "$CRI_TOOLS_VERSION" build_crictl
+run_step cnitool "$CNI_VERSION" build_cnitool
+run_step helm "$HELM_VERSION" build_helm
+run_step kube-apiserver "$KUBERNETES_VERSION staging $STAGING_VERSION" build_kube_apiserver
+TOTAL_END="$(now)"
+SUMMARY+=("$(printf '%-16s %7ss' total "$(awk -v s="$TOTAL_START" -v e="$TOTAL_END" 'BEGIN { printf "%.1f", e - s }')")")
+print_summary
