@@ -76,3 +76,74 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined> 
 export async function writeText(path: string, text: string): Promise<void> {
   await writeFile(path, text);
 }
+
+import { chmod, mkdir } from 'node:fs/promises';
+import type { InstallerSettings } from '../src/installer/installer.ts';
+
+export interface ScratchHost {
+  root: string;
+  netDir: string;
+  binDir: string;
+  saDir: string;
+  runDir: string;
+}
+
+/** A scratch "host root" with the directories the installer touches. */
+export async function scratchHost(t: { after(fn: () => unknown): void }): Promise<ScratchHost> {
+  const root = await tempDir(t, 'install-cni-host-');
+  const host = {
+    root,
+    netDir: join(root, 'etc/cni/net.d'),
+    binDir: join(root, 'opt/cni/bin'),
+    saDir: join(root, 'sa'),
+    runDir: join(root, 'run'),
+  };
+  for (const d of [host.netDir, host.binDir, host.saDir, host.runDir]) await mkdir(d, { recursive: true });
+  for (const f of ['ca.crt', 'namespace', 'token']) await copyFile(join(CNI_TESTDATA, 'k8s_svcacct', f), join(host.saDir, f));
+  return host;
+}
+
+/** Installer settings of the `cni/test` harness (CASES 5.9) on a scratch host. */
+export function cniTestSettings(host: ScratchHost, over: { chained?: boolean; confName?: string; binSource?: string } = {}): InstallerSettings {
+  const chained = over.chained ?? true;
+  return {
+    cniBinSourceDir: over.binSource ?? join(CNI_TESTDATA, 'bindir'),
+    cniBinTargetDirs: [host.binDir],
+    mountedCniNetDir: host.netDir,
+    cniAgentRunDir: host.runDir,
+    serviceAccountDir: host.saDir,
+    kubeconfigMode: 0o600,
+    kubeCaFile: join(host.saDir, 'ca.crt'),
+    skipTlsVerify: false,
+    k8sServiceProtocol: 'https',
+    k8sServiceHost: '10.110.0.1',
+    k8sServicePort: '443',
+    cni: {
+      mountedCniNetDir: host.netDir,
+      cniConfName: over.confName ?? '',
+      chainedCniPlugin: chained,
+      owned: false,
+      ownedFilename: '02-istio-cni.conflist',
+      cniConfGroupRead: false,
+      plugin: {
+        pluginLogLevel: 'debug',
+        // The goldens carry the harness's run dir; the kubeconfig itself goes to the scratch run dir.
+        cniAgentRunDir: '/tmp',
+        ambientEnabled: false,
+        enablementSelectors: [],
+        excludeNamespaces: ['istio-system'],
+        podNamespace: '',
+        nativeNftables: false,
+        enableAmbientDetectionRetry: false,
+      },
+    },
+  };
+}
+
+export async function seedOrdered(dir: string, names: string[]): Promise<void> {
+  for (const [i, name] of names.entries()) {
+    const dst = join(dir, `0${i}-${name}`);
+    await copyFile(join(CNI_TESTDATA, 'pre', name), dst);
+    await chmod(dst, 0o644);
+  }
+}

@@ -58,6 +58,11 @@ export class DirWatcher {
     return this.#pending;
   }
 
+  /** Forgets events seen so far (call just before reading what the watched dirs hold). */
+  clearPending(): void {
+    this.#pending = false;
+  }
+
   /** Resolves true on a change, false when `signal` aborts. */
   wait(signal?: AbortSignal): Promise<boolean> {
     if (this.#pending) {

@@ -1,4 +1,4 @@
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
 import type { Settings } from '../settings/settings.ts';
 import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
@@ -189,16 +189,26 @@ export class Installer {
     return [
       ...s.cniBinTargetDirs.map((dir) => ({ dir, names: bins })),
       { dir: s.mountedCniNetDir },
-      { dir: s.serviceAccountDir },
       { dir: s.cniAgentRunDir, names: new Set([basename(this.kubeconfigPath)]) },
     ];
+  }
+
+  /**
+   * The inputs of the kubeconfig (token, CA). Watched for the whole run, not per iteration: kubelet's
+   * token swap is several events, and one arriving while a pass runs must still cause another pass.
+   */
+  #inputWatchTargets(): WatchTarget[] {
+    const s = this.#s;
+    const dirs = new Set([s.serviceAccountDir]);
+    if (!s.skipTlsVerify) dirs.add(dirname(s.kubeCaFile));
+    return [...dirs].map((dir) => ({ dir }));
   }
 
   /**
    * Blocks until something we depend on may have changed (SPEC 5.7 steps 3-6). Ready only while
    * the config is valid and no event is pending. Returns false when `signal` aborted.
    */
-  async #sleepWatchInstall(signal: AbortSignal): Promise<boolean> {
+  async #sleepWatchInstall(inputs: DirWatcher, signal: AbortSignal): Promise<boolean> {
     // Created before the check so no change after the check is missed; fresh each time so our
     // own writes of the previous pass are not seen as changes.
     const watcher = new DirWatcher(this.#watchTargets());
@@ -208,10 +218,19 @@ export class Installer {
         this.#log.info('CNI config invalid; reinstalling', { reason: problem });
         return !signal.aborted;
       }
-      if (watcher.pending) return !signal.aborted;
+      if (watcher.pending || inputs.pending) return !signal.aborted;
       this.#setReady(true);
       this.#metrics?.installResult('SUCCESS');
-      return await watcher.wait(signal);
+      const either = new AbortController();
+      const stop = (): void => either.abort();
+      signal.addEventListener('abort', stop, { once: true });
+      try {
+        const changed = await Promise.race([watcher.wait(either.signal), inputs.wait(either.signal)]);
+        return changed && !signal.aborted;
+      } finally {
+        signal.removeEventListener('abort', stop);
+        either.abort();
+      }
     } finally {
       this.#setReady(false);
       watcher.close();
@@ -223,14 +242,22 @@ export class Installer {
    * passes are logged and retried (paced by the throttle), so a writer racing us cannot stop the daemon.
    */
   async run(signal: AbortSignal): Promise<void> {
+    const inputs = new DirWatcher(this.#inputWatchTargets());
     try {
-      await this.installAll(signal);
-    } catch (err) {
-      if (err instanceof WaitAborted && signal.aborted) return;
-      throw err;
+      try {
+        await this.installAll(signal);
+      } catch (err) {
+        if (err instanceof WaitAborted && signal.aborted) return;
+        throw err;
+      }
+      this.#log.info('initial installation complete; watching for changes');
+      await this.#loop(inputs, new InstallThrottle(this.#throttleOptions), signal);
+    } finally {
+      inputs.close();
     }
-    this.#log.info('initial installation complete; watching for changes');
-    const throttle = new InstallThrottle(this.#throttleOptions);
+  }
+
+  async #loop(inputs: DirWatcher, throttle: InstallThrottle, signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       const { warn } = await throttle.throttle(signal);
       if (warn) {
@@ -243,8 +270,9 @@ export class Installer {
           { hits: throttle.hits, path: this.#state.configPath },
         );
       }
-      if (signal.aborted || !(await this.#sleepWatchInstall(signal))) break;
+      if (signal.aborted || !(await this.#sleepWatchInstall(inputs, signal))) break;
       this.#log.debug('detected changes to the node-level CNI setup; checking');
+      inputs.clearPending();
       try {
         await this.installAll(signal);
       } catch (err) {

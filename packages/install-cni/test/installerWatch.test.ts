@@ -1,0 +1,180 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rename, symlink, writeFile, copyFile, readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { copyBinaries } from '../src/installer/copyBinaries.ts';
+import { buildKubeconfig, writeKubeconfig } from '../src/installer/kubeconfig.ts';
+import { Installer } from '../src/installer/installer.ts';
+import { atomicWrite } from '../src/installer/atomicWrite.ts';
+import { removeIstioEntry } from '../src/installer/insertCniConfig.ts';
+import { INSTALL_TESTDATA, CNI_TESTDATA, captureLogger, cniTestSettings, scratchHost, seedOrdered, tempDir, waitFor } from './testHelpers.ts';
+
+const golden = (name: string) => readFile(join(INSTALL_TESTDATA, name), 'utf8');
+
+describe('kubeconfig (CASES 5.8)', () => {
+  const base = { k8sServiceProtocol: '', k8sServicePort: '443', kubeCaFile: join(INSTALL_TESTDATA, 'kube-ca.crt'), skipTlsVerify: false, mode: 0o600 };
+  async function setup(t: Parameters<typeof tempDir>[0]) {
+    const dir = await tempDir(t);
+    await writeFile(join(dir, 'token'), 'service_account_token_string');
+    return { dir, tokenFile: join(dir, 'token'), path: join(dir, 'kubeconfig') };
+  }
+  it('k8s service host not set', async (t) => {
+    const s = await setup(t);
+    await assert.rejects(writeKubeconfig({ ...base, ...s, k8sServiceHost: '' }), /KUBERNETES_SERVICE_HOST not set/);
+  });
+  it('k8s service port not set', async (t) => {
+    const s = await setup(t);
+    await assert.rejects(writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1', k8sServicePort: '' }), /KUBERNETES_SERVICE_PORT not set/);
+  });
+  it('skip TLS verify', async (t) => {
+    const s = await setup(t);
+    await writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1', skipTlsVerify: true });
+    assert.equal((await readFile(s.path, 'utf8')).trim(), (await golden('kubeconfig-skip-tls')).trim());
+  });
+  it('TLS verify', async (t) => {
+    const s = await setup(t);
+    await writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1' });
+    assert.equal((await readFile(s.path, 'utf8')).trim(), (await golden('kubeconfig-tls')).trim());
+    assert.equal((await stat(s.path)).mode & 0o777, 0o600);
+  });
+  it('replace: host change rewrites, same input does not', async (t) => {
+    const s = await setup(t);
+    assert.equal(await writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1' }), true);
+    assert.equal(await writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1' }), false);
+    assert.equal(await writeKubeconfig({ ...base, ...s, k8sServiceHost: '50.76.2.1' }), true);
+    assert.equal((await readFile(s.path, 'utf8')).trim(), (await golden('kubeconfig-newhost')).trim());
+  });
+  it('brackets an IPv6 host', () => {
+    const text = buildKubeconfig({ k8sServiceProtocol: 'https', k8sServiceHost: 'fd00::1', k8sServicePort: '443', skipTlsVerify: true, token: 't' });
+    assert.match(text, /server: https:\/\/\[fd00::1\]:443\n/);
+  });
+});
+
+describe('copyBinaries', () => {
+  it('copies atomically with the source mode, removes stale temp files, skips identical targets', async (t) => {
+    const src = await tempDir(t);
+    const dst = await tempDir(t);
+    await writeFile(join(src, 'istio-cni'), 'plugin-v1', { mode: 0o755 });
+    await writeFile(join(dst, 'istio-cni.tmp.abc123'), 'partial');
+    const stats = { bytesWritten: 0, filesWritten: [] as string[] };
+    assert.deepEqual([...(await copyBinaries({ sourceDir: src, targetDirs: [dst], stats }))], ['istio-cni']);
+    assert.equal(await readFile(join(dst, 'istio-cni'), 'utf8'), 'plugin-v1');
+    assert.equal((await stat(join(dst, 'istio-cni'))).mode & 0o777, 0o755);
+    assert.deepEqual(await readdir(dst), ['istio-cni']);
+    assert.equal(stats.bytesWritten, 9);
+    const again = { bytesWritten: 0, filesWritten: [] as string[] };
+    await copyBinaries({ sourceDir: src, targetDirs: [dst], stats: again });
+    assert.equal(again.bytesWritten, 0, 'identical binary is not rewritten');
+    await writeFile(join(src, 'istio-cni'), 'plugin-v2');
+    await copyBinaries({ sourceDir: src, targetDirs: [dst], stats: again });
+    assert.equal(await readFile(join(dst, 'istio-cni'), 'utf8'), 'plugin-v2');
+  });
+});
+
+async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist']) {
+  const host = await scratchHost(t);
+  await seedOrdered(host.netDir, seeded);
+  const log = captureLogger();
+  const settings = cniTestSettings(host);
+  const installer = new Installer({ settings, logger: log.logger, throttle: { maxDelayMs: 20 } });
+  const controller = new AbortController();
+  const running = installer.run(controller.signal);
+  t.after(async () => {
+    controller.abort();
+    await running.catch(() => undefined);
+  });
+  await waitFor('ready', () => installer.ready || undefined);
+  return { host, installer, controller, running, log, settings };
+}
+
+/** kubelet's projected-volume update: new timestamped dir, `..data` symlink swapped atomically. */
+async function kubeletSwap(saDir: string, files: Record<string, string>, generation: number): Promise<void> {
+  const dataDir = join(saDir, `..2026_01_01_00_00_0${generation}`);
+  await mkdir(dataDir);
+  for (const [name, content] of Object.entries(files)) await writeFile(join(dataDir, name), content);
+  await symlink(`..2026_01_01_00_00_0${generation}`, join(saDir, '..data_tmp'));
+  await rename(join(saDir, '..data_tmp'), join(saDir, '..data'));
+}
+
+describe('installer watch loop', () => {
+  it('a pass over an unchanged node writes 0 bytes', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const installer = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
+    const first = await installer.installAll();
+    assert.ok(first.bytesWritten > 0);
+    const second = await installer.installAll();
+    assert.deepEqual(second, { bytesWritten: 0, filesWritten: [] });
+    // A fresh installer (daemon restart) over the installed node writes nothing either.
+    const restarted = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
+    assert.deepEqual(await restarted.installAll(), { bytesWritten: 0, filesWritten: [] });
+  });
+
+  it('rewrites the kubeconfig when kubelet rotates the token via a ..data symlink swap', async (t) => {
+    const host = await scratchHost(t);
+    // Projected-volume layout: files are symlinks through ..data.
+    const token = await readFile(join(host.saDir, 'token'), 'utf8');
+    const ca = await readFile(join(host.saDir, 'ca.crt'), 'utf8');
+    for (const f of ['token', 'ca.crt', 'namespace']) await (await import('node:fs/promises')).rm(join(host.saDir, f));
+    await kubeletSwap(host.saDir, { token, 'ca.crt': ca, namespace: 'kube-system' }, 1);
+    for (const f of ['token', 'ca.crt', 'namespace']) await symlink(`..data/${f}`, join(host.saDir, f));
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const log = captureLogger();
+    const installer = new Installer({ settings: cniTestSettings(host), logger: log.logger, throttle: { maxDelayMs: 20 } });
+    const controller = new AbortController();
+    const running = installer.run(controller.signal);
+    t.after(() => { controller.abort(); if (process.env.DEBUG_TEST) console.log(log.lines); });
+    await waitFor('ready', () => installer.ready || undefined);
+    assert.match(await readFile(installer.kubeconfigPath, 'utf8'), new RegExp(`token: ${token.slice(0, 20)}`));
+    await kubeletSwap(host.saDir, { token: 'rotated-token', 'ca.crt': ca, namespace: 'kube-system' }, 2);
+    await waitFor('rotated token in kubeconfig', async () => ((await readFile(installer.kubeconfigPath, 'utf8')).includes('token: rotated-token') ? true : undefined), 5000);
+    await waitFor('ready again', () => installer.ready || undefined);
+    controller.abort();
+    await running;
+  });
+
+  it('rewrites the kubeconfig when the CA changes', async (t) => {
+    const { host, installer } = await startInstaller(t);
+    await atomicWrite(join(host.saDir, 'ca.crt'), await readFile(join(INSTALL_TESTDATA, 'kube-ca.crt')), 0o644);
+    const want = (await readFile(join(INSTALL_TESTDATA, 'kube-ca.crt'))).toString('base64');
+    await waitFor('new CA', async () => ((await readFile(installer.kubeconfigPath, 'utf8')).includes(want) ? true : undefined));
+  });
+
+  it('a service host change rewrites the kubeconfig on the next pass', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    await new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger }).installAll();
+    const moved = { ...cniTestSettings(host), k8sServiceHost: '50.76.2.1' };
+    const stats = await new Installer({ settings: moved, logger: captureLogger().logger }).installAll();
+    assert.deepEqual(stats.filesWritten, [join(host.runDir, 'istio-cni-kubeconfig')]);
+    assert.match(await readFile(join(host.runDir, 'istio-cni-kubeconfig'), 'utf8'), /server: https:\/\/50\.76\.2\.1:443/);
+  });
+
+  it('re-copies a deleted binary', async (t) => {
+    const { host } = await startInstaller(t);
+    await (await import('node:fs/promises')).rm(join(host.binDir, 'istio-cni'));
+    await waitFor('binary back', () => existsSync(join(host.binDir, 'istio-cni')) || undefined);
+  });
+
+  it('wins a config fight: 100 rewrites without our entry, valid JSON at every read, throttle warning logged', async (t) => {
+    const { host, installer, log } = await startInstaller(t);
+    const path = join(host.netDir, '00-calico.conflist');
+    const clean = await readFile(join(CNI_TESTDATA, 'pre/calico.conflist'), 'utf8');
+    const expected = await readFile(join(CNI_TESTDATA, 'expected/10-calico.conflist-istioconfig'), 'utf8');
+    let reads = 0;
+    for (let i = 0; i < 100; i++) {
+      await atomicWrite(path, clean, 0o644);
+      await waitFor(`entry back after rewrite ${i}`, async () => {
+        const text = await readFile(path, 'utf8');
+        JSON.parse(text); // throws on a torn file
+        reads++;
+        return text === expected ? true : undefined;
+      });
+    }
+    assert.ok(reads >= 100);
+    assert.ok(log.lines.some((l) => l.level === 'warn' && String(l.msg).includes('conflicting component')), 'throttle warning logged');
+    await waitFor('ready after the fight', () => installer.ready || undefined);
+    assert.equal(removeIstioEntry(await readFile(path, 'utf8')), clean);
+  });
+});
