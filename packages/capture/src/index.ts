@@ -36,3 +36,52 @@ export { renderNftTransaction } from './renderNftTransaction.ts';
 export { isAgentPod, isKubernetesPod, sidecarDecision } from './sidecarDecision.ts';
 export type { SidecarDecision } from './sidecarDecision.ts';
 export { localSkipReason, type LocalPolicy } from './localSkipReason.ts';
+export {
+  ambientEnabledFor,
+  DEFAULT_ENABLEMENT_SELECTORS,
+  labelSelectorMatches,
+  namespaceSelectedForAmbient,
+  parseEnablementSelectors,
+  type EnablementSelector,
+  type LabelSelector,
+  type LabelSelectorRequirement,
+} from './enablementSelectors.ts';
+export { SIDECAR_NFT_LAYOUT } from './nftRule.ts';
+export type { NftLayout, NftTableLayout } from './nftRule.ts';
+export {
+  AMBIENT,
+  AMBIENT_CHAIN,
+  AmbientConfigError,
+  ambientConfigFromOptions,
+  ambientProbeSetName,
+  DEFAULT_HOST_PROBE_SNAT_IP,
+  DEFAULT_HOST_PROBE_SNAT_IPV6,
+} from './ambientConfig.ts';
+export type { AmbientConfig, AmbientOptions } from './ambientConfig.ts';
+export {
+  AMBIENT_ANNOTATION,
+  ambientPodOverrides,
+  ambientRedirectDns,
+  DEFAULT_AMBIENT_POD_OVERRIDES,
+} from './ambientPodOverrides.ts';
+export type { AmbientPodOverrides, AmbientPodOverridesResult, PodDnsOverride } from './ambientPodOverrides.ts';
+export { buildAmbientPodIptablesRules } from './buildAmbientPodIptablesRules.ts';
+export { buildAmbientHostIptablesRules } from './buildAmbientHostIptablesRules.ts';
+export { ambientHostIptablesDeletePlan, ambientPodIptablesDeletePlan } from './ambientIptablesDeletePlan.ts';
+export type { AmbientIptablesDeletePlan } from './ambientIptablesDeletePlan.ts';
+export { ambientPodRoutes, ipRouteArgs, ipRuleArgs } from './ambientPodRoutes.ts';
+export type { AmbientLoopbackRoute, AmbientMarkIpRule, AmbientPodRoutes, AmbientPodRoutesOptions } from './ambientPodRoutes.ts';
+export { buildAmbientPodNftRules } from './buildAmbientPodNftRules.ts';
+export { buildAmbientHostNftRules } from './buildAmbientHostNftRules.ts';
+export {
+  AMBIENT_HOST_NFT_LAYOUT,
+  AMBIENT_POD_NFT_LAYOUT,
+  ambientHostNftRulesDeleteScript,
+  ambientPodNftDeleteScript,
+  ambientProbeSetElementScript,
+  ambientProbeSetsCreateScript,
+  ambientProbeSetsDestroyScript,
+  ambientProbeSetsFlushScript,
+  renderAmbientHostNftTransaction,
+  renderAmbientPodNftTransaction,
+} from './ambientNftScripts.ts';

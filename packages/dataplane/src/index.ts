@@ -65,3 +65,4 @@ export {
   type VerifySidecarCaptureOptions,
 } from './applySidecarCapture.ts';
 export { planSidecarCapture, type PlanSidecarCaptureOptions } from './planSidecarCapture.ts';
+export { createSidecarCaptureManager, type SidecarCaptureManager, type SidecarCaptureManagerOptions } from './sidecarCaptureManager.ts';

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { SUPPORTED_VERSIONS, dispatch } from '@istio-cni/cni';
 import { VERSION, createJsonLogger, parseLogThreshold } from '@istio-cni/handoff';
 import { udsAgentClient } from './agentClient.ts';
@@ -12,6 +12,17 @@ function readStdin(): Buffer {
     return readFileSync(0);
   } catch {
     return Buffer.alloc(0);
+  }
+}
+
+/** skel's guard: CNI_NETNS must not be the namespace the plugin itself runs in. */
+function isPluginNetns(netns: string): boolean {
+  try {
+    const target = statSync(netns);
+    const own = statSync('/proc/self/ns/net');
+    return target.ino === own.ino && target.dev === own.dev;
+  } catch {
+    return false;
   }
 }
 
@@ -36,7 +47,7 @@ async function main(): Promise<void> {
       forwarder.setRunDir(config.cniAgentRunDir);
     },
   });
-  const outcome = await dispatch(process.env, readStdin(), funcs, ABOUT);
+  const outcome = await dispatch(process.env, readStdin(), funcs, ABOUT, { isPluginNetns });
   process.stdout.write(outcome.stdout);
   if (outcome.stderr) process.stderr.write(outcome.stderr);
   await forwarder.flush();

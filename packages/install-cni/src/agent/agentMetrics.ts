@@ -1,0 +1,33 @@
+import { Counter, Histogram, type Registry } from 'prom-client';
+
+export interface AgentMetrics {
+  /** `code` is the CNI error code of the answer, 0 for success. */
+  observe(command: string, code: number, startedNs: bigint): void;
+}
+
+/**
+ * `istio_cni_plugin_requests_total{response_code}` as upstream (the HTTP status the plugin got:
+ * 200 or 500), plus the latency of hand-off work per command.
+ */
+export function createAgentMetrics(registry: Registry): AgentMetrics {
+  const requests = new Counter({
+    name: 'istio_cni_plugin_requests_total',
+    help: 'Number of CNI plugin requests handled by the node agent, by HTTP response code.',
+    labelNames: ['response_code'],
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: 'istio_cni_plugin_request_duration_seconds',
+    help: 'Time the node agent spent on a CNI plugin request, by CNI command and result.',
+    labelNames: ['command', 'result'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25],
+    registers: [registry],
+  });
+  return {
+    observe(command, code, startedNs) {
+      const seconds = Number(process.hrtime.bigint() - startedNs) / 1e9;
+      requests.inc({ response_code: code === 0 ? '200' : '500' });
+      duration.observe({ command, result: code === 0 ? 'success' : `error_${code}` }, seconds);
+    },
+  };
+}
