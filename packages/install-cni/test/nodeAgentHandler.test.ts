@@ -123,8 +123,8 @@ describe('node agent ADD decisions (SPEC 2.4 / SPEC 9 plugin cases)', () => {
   }
 
   it('pod without the status annotation is skipped', async () => {
-    const pod = sidecarPod('nostatus');
-    delete pod.metadata.annotations?.['sidecar.istio.io/status'];
+    const base = sidecarPod('nostatus');
+    const pod: Pod = { ...base, metadata: { ...base.metadata, annotations: {} } };
     const h = harness({ pods: [pod] });
     const out = await createNodeAgentHandler(h.deps).handle(request('ADD', 'default', 'nostatus'));
     assert.deepEqual(out, { protocol: 1, verdict: 'skipped', reason: 'pod has no sidecar.istio.io/status annotation' });
