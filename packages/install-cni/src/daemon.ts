@@ -1,26 +1,97 @@
-import { PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } from '@istio-cni/handoff';
-import { startHandoffServer } from './agent/handoffServer.ts';
+import { LOG_SOCKET, PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } from '@istio-cni/handoff';
+import { startHandoffServer, type HandoffServer } from './agent/handoffServer.ts';
 import { skipAllHandler } from './agent/skipAllHandler.ts';
+import { startHealthServer } from './health/healthServer.ts';
+import { Installer, installerSettings } from './installer/installer.ts';
+import type { ThrottleOptions } from './installer/installThrottle.ts';
+import { shouldKeepOnShutdown, type DaemonSetLookup } from './installer/upgradeSafety.ts';
+import { startLogSinkServer, type LogSinkServer } from './logSink/logSinkServer.ts';
+import { createMetrics } from './metrics/installMetrics.ts';
+import { startMetricsServer, type HttpServerHandle } from './metrics/metricsServer.ts';
+import { checkInstallerPaths } from './settings/checkPaths.ts';
+import { isOwnedMode, type Settings } from './settings/settings.ts';
 
 export interface DaemonOptions {
-  runDir: string;
+  settings: Settings;
   logger: Logger;
+  /** Where re-emitted plugin log lines go (default: stdout, like the daemon's own log). */
+  pluginLogSink?: (line: string) => void;
+  /** DaemonSet lookup for the upgrade-safe shutdown; only consulted with ambient on. */
+  upgradeLookup?: DaemonSetLookup;
+  throttle?: Partial<ThrottleOptions>;
+  /** Called once everything listens (tests use the ports). */
+  onStarted?: (info: { readinessPort: number; metricsPort: number | undefined; installer: Installer }) => void;
 }
 
-/** Runs until `signal` aborts, then shuts down cleanly. */
+type Closer = () => Promise<unknown>;
+
+/**
+ * Runs the node daemon until `signal` aborts (SPEC 1.4): metrics, plugin log sink, health,
+ * hand-off server (before the plugin is installed, so the first ADD finds the agent), then the
+ * installer loop. Shutdown (SPEC 5.9, ARCHITECTURE §6) cleans up unless this is an upgrade.
+ */
 export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promise<void> {
-  const { logger } = opts;
-  logger.info('install-cni starting', { version: VERSION, runDir: opts.runDir });
-  const handoff = await startHandoffServer({
-    socketPath: runDirPath(opts.runDir, PLUGIN_EVENT_SOCKET),
-    handler: skipAllHandler,
-    logger,
+  const { logger, settings } = opts;
+  logger.info('install-cni starting', { version: VERSION, runDir: settings.cniAgentRunDir });
+  await checkInstallerPaths(settings);
+  const closers: Closer[] = [];
+  const readiness = { install: false, agent: false };
+  let failure: unknown;
+  const metrics = createMetrics();
+  const installer = new Installer({
+    settings: installerSettings(settings),
+    logger: logger.with({ component: 'installer' }),
+    metrics,
+    ...(opts.throttle ? { throttle: opts.throttle } : {}),
+    onReadyChange: (ready) => {
+      readiness.install = ready;
+    },
   });
-  await new Promise<void>((resolve) => {
-    if (signal.aborted) resolve();
-    else signal.addEventListener('abort', () => resolve(), { once: true });
-  });
-  logger.info('install-cni shutting down', { reason: String(signal.reason ?? 'signal') });
-  await handoff.close();
+  try {
+    let metricsServer: HttpServerHandle | undefined;
+    if (settings.monitoringPort > 0) {
+      metricsServer = await startMetricsServer(settings.monitoringPort, metrics.registry, logger);
+      closers.push(() => metricsServer!.close());
+    }
+    const sinkLine = opts.pluginLogSink ?? ((line: string) => process.stdout.write(line + '\n'));
+    const logSink: LogSinkServer = await startLogSinkServer({
+      socketPath: runDirPath(settings.cniAgentRunDir, LOG_SOCKET),
+      sink: sinkLine,
+      threshold: () => settings.logLevels.plugin,
+    });
+    closers.push(() => logSink.close());
+    const health = await startHealthServer(settings.readinessPort, () => readiness.install && readiness.agent);
+    closers.push(() => health.close());
+    const handoff: HandoffServer = await startHandoffServer({
+      socketPath: runDirPath(settings.cniAgentRunDir, PLUGIN_EVENT_SOCKET),
+      handler: skipAllHandler,
+      logger,
+    });
+    closers.push(() => handoff.close());
+    readiness.agent = true;
+    opts.onStarted?.({ readinessPort: health.port, metricsPort: metricsServer?.port, installer });
+    await installer.run(signal);
+  } catch (err) {
+    failure = err;
+    logger.error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });
+  }
+  logger.info('install-cni shutting down', { reason: String(signal.reason ?? (failure ? 'error' : 'signal')) });
+  readiness.install = false;
+  try {
+    const keep = await shouldKeepOnShutdown({
+      ambientEnabled: settings.ambientEnabled,
+      disableSafeUpgrade: settings.ambientDisableSafeUpgrade,
+      ownedConfig: isOwnedMode(settings),
+      lookup: opts.upgradeLookup,
+      logger,
+    });
+    if (keep) logger.info('upgrade or reboot: leaving the plugin, its config and kubeconfig in place');
+    else await installer.cleanup();
+  } catch (err) {
+    logger.error('cleanup failed', { error: err instanceof Error ? err.message : String(err) });
+    failure ??= err;
+  }
+  for (const close of closers.reverse()) await close().catch(() => undefined);
   logger.info('install-cni stopped');
+  if (failure !== undefined) throw failure;
 }

@@ -1,7 +1,9 @@
 import { Command } from 'commander';
-import { DEFAULT_RUN_DIR, VERSION } from '@istio-cni/handoff';
+import { VERSION } from '@istio-cni/handoff';
+import { installBinariesCommand } from './commands/installBinaries.ts';
 import { runDaemon } from './daemon.ts';
 import { createDaemonLogger } from './log.ts';
+import { registerSettingsOptions, resolveSettings, type ParsedOptions } from './settings/settings.ts';
 
 /** SIGTERM/SIGINT become an aborted signal; a second signal exits at once. */
 function shutdownSignal(): AbortSignal {
@@ -18,11 +20,15 @@ function shutdownSignal(): AbortSignal {
 const program = new Command('install-cni')
   .description('Istio CNI node agent: installs the istio-cni plugin and handles its hand-off work')
   .version(VERSION, '--version')
-  .option('--cni-agent-run-dir <dir>', 'agent run directory (env CNI_AGENT_RUN_DIR)')
-  .action(async (opts: { cniAgentRunDir?: string }) => {
-    const runDir = opts.cniAgentRunDir ?? process.env.CNI_AGENT_RUN_DIR ?? DEFAULT_RUN_DIR;
-    await runDaemon({ runDir, logger: createDaemonLogger() }, shutdownSignal());
-  });
+  .enablePositionalOptions();
+
+registerSettingsOptions(program).action(async (opts: ParsedOptions) => {
+  const settings = resolveSettings(opts, process.env);
+  const logger = createDaemonLogger(settings.logLevels.agent);
+  await runDaemon({ settings, logger }, shutdownSignal());
+});
+
+program.addCommand(installBinariesCommand(() => createDaemonLogger()));
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   createDaemonLogger().error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });

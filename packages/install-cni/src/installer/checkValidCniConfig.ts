@@ -61,6 +61,7 @@ async function check(c: CniConfigSettings, state: CheckState, logger?: Logger): 
     }
     if (c.cniConfName === '' && state.primaryName === '') state.primaryName = valid[1] ?? '';
   }
+  if (state.configPath === '') return 'istio-cni config not installed yet';
   const firstPath = join(dir, first);
   if (firstPath !== state.configPath) {
     if (c.cniConfName !== '' || !c.chainedCniPlugin) {

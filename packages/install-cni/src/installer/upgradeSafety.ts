@@ -1,0 +1,55 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '@istio-cni/handoff';
+
+/** What the API server says about the daemon's DaemonSet (`istio-cni-node` in POD_NAMESPACE). */
+export type DaemonSetState =
+  | { kind: 'present'; deleting: boolean; targetsThisNode: boolean }
+  | { kind: 'not-found' }
+  | { kind: 'unauthorized' };
+
+/** Reads the DaemonSet; throws on a transient failure (retried). Backed by the Kubernetes API. */
+export interface DaemonSetLookup {
+  lookup(signal?: AbortSignal): Promise<DaemonSetState>;
+}
+
+export interface UpgradeDecisionOptions {
+  ambientEnabled: boolean;
+  disableSafeUpgrade: boolean;
+  /** Istio-owned CNI config in use: keep by default and try harder (SPEC 4.12). */
+  ownedConfig: boolean;
+  lookup: DaemonSetLookup | undefined;
+  logger?: Logger;
+  retryDelayMs?: number;
+}
+
+/** One lookup result → keep (true) or clean up (false). */
+export function decideFromState(state: DaemonSetState): boolean {
+  if (state.kind !== 'present' || state.deleting) return false;
+  return state.targetsThisNode;
+}
+
+/**
+ * Whether shutdown is an upgrade or reboot, so the plugin, its config and kubeconfig must stay
+ * (SPEC 4.12): the DaemonSet still exists, is not being deleted and still targets this node.
+ * Only with ambient on, and never with AMBIENT_DISABLE_SAFE_UPGRADE.
+ */
+export async function shouldKeepOnShutdown(o: UpgradeDecisionOptions): Promise<boolean> {
+  if (!o.ambientEnabled || o.disableSafeUpgrade) return false;
+  const fallback = o.ownedConfig;
+  if (!o.lookup) {
+    o.logger?.warn('no Kubernetes API access for the upgrade check; using the default', { keep: fallback });
+    return fallback;
+  }
+  const attempts = o.ownedConfig ? 3 : 1;
+  for (let i = 0; i < attempts; i++) {
+    try {
+      const keep = decideFromState(await o.lookup.lookup());
+      o.logger?.info('upgrade check', { keep });
+      return keep;
+    } catch (err) {
+      o.logger?.warn('DaemonSet lookup failed', { attempt: i + 1, error: err instanceof Error ? err.message : String(err) });
+      if (i + 1 < attempts) await sleep(o.retryDelayMs ?? 1000);
+    }
+  }
+  return fallback;
+}
