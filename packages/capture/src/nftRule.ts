@@ -7,16 +7,38 @@ export interface NftRule {
   readonly index?: number;
 }
 
-export type NftTable = 'istio-proxy-nat' | 'istio-proxy-mangle' | 'istio-proxy-raw';
+export type NftTable =
+  | 'istio-proxy-nat' | 'istio-proxy-mangle' | 'istio-proxy-raw'
+  | 'istio-ambient-nat' | 'istio-ambient-mangle' | 'istio-ambient-raw';
 
 export interface NftChainSpec {
   readonly name: string;
   /** Present for base chains. */
-  readonly base?: { readonly type: 'nat' | 'filter' | 'route'; readonly hook: 'prerouting' | 'output'; readonly priority: number };
+  readonly base?: {
+    readonly type: 'nat' | 'filter' | 'route';
+    readonly hook: 'prerouting' | 'output' | 'postrouting';
+    readonly priority: number;
+  };
+}
+
+export interface NftTableLayout {
+  readonly name: NftTable;
+  /** Candidate chains in declaration order. */
+  readonly chains: readonly NftChainSpec[];
+}
+
+/**
+ * How a rule list becomes a transaction: the tables in order and which candidate chains are
+ * declared. Sidecar declares only chains owning a rule; ambient also declares every chain a
+ * `jump` targets (upstream ambient declares `istio-prerouting` even when it is empty).
+ */
+export interface NftLayout {
+  readonly tables: readonly NftTableLayout[];
+  readonly declareJumpTargets: boolean;
 }
 
 /** Tables in transaction order, each with its candidate chains in declaration order. */
-export const NFT_TABLES: ReadonlyArray<{ readonly name: NftTable; readonly chains: readonly NftChainSpec[] }> = [
+export const NFT_TABLES: readonly NftTableLayout[] = [
   {
     name: 'istio-proxy-nat',
     chains: [
@@ -50,3 +72,6 @@ export const NFT_TABLES: ReadonlyArray<{ readonly name: NftTable; readonly chain
     ],
   },
 ];
+
+/** The istio-nftables sidecar layout (SPEC 3.5). */
+export const SIDECAR_NFT_LAYOUT: NftLayout = { tables: NFT_TABLES, declareJumpTargets: false };

@@ -1,5 +1,5 @@
-import { NFT_TABLES } from './nftRule.ts';
-import type { NftChainSpec, NftRule } from './nftRule.ts';
+import { SIDECAR_NFT_LAYOUT } from './nftRule.ts';
+import type { NftChainSpec, NftLayout, NftRule } from './nftRule.ts';
 
 function chainLine(table: string, chain: NftChainSpec): string {
   const head = `add chain inet ${table} ${chain.name}`;
@@ -8,20 +8,32 @@ function chainLine(table: string, chain: NftChainSpec): string {
   return `${head} { type ${type} hook ${hook} priority ${priority} ; }`;
 }
 
+/** Chains named right after a `jump` fragment (upstream splits the rule text on whitespace). */
+function jumpTargets(rules: readonly NftRule[]): Set<string> {
+  const targets = new Set<string>();
+  for (const rule of rules) {
+    const words = rule.args.join(' ').split(/\s+/);
+    for (let i = 0; i + 1 < words.length; i++) if (words[i] === 'jump') targets.add(words[i + 1] ?? '');
+  }
+  return targets;
+}
+
 /**
- * The atomic `nft -f` transaction for a sidecar rule set (SPEC 3.5): per table with rules,
- * `add table`, `flush table`, the candidate chains that own rules, then the rules in creation
- * order. An "insert at index N" becomes a plain add while N is at or past the chain's current
- * length, because nft cannot insert into an empty chain. Ends with a newline; '' when empty.
+ * The atomic `nft -f` transaction for a rule set (SPEC 3.5, 4.7): per table with rules,
+ * `add table`, `flush table`, the candidate chains that own rules (plus, when the layout says
+ * so, the chains a `jump` targets), then the rules in creation order. An "insert at index N"
+ * becomes a plain add while N is at or past the chain's current length, because nft cannot insert
+ * into an empty chain (ambient rule sets never insert). Ends with a newline; '' when empty.
  */
-export function renderNftTransaction(rules: readonly NftRule[]): string {
+export function renderNftTransaction(rules: readonly NftRule[], layout: NftLayout = SIDECAR_NFT_LAYOUT): string {
   const lines: string[] = [];
-  for (const table of NFT_TABLES) {
+  for (const table of layout.tables) {
     const tableRules = rules.filter((r) => r.table === table.name);
     if (tableRules.length === 0) continue;
-    const owners = new Set(tableRules.map((r) => r.chain));
+    const declared = new Set(tableRules.map((r) => r.chain));
+    if (layout.declareJumpTargets) for (const target of jumpTargets(tableRules)) declared.add(target);
     lines.push(`add table inet ${table.name}`, `flush table inet ${table.name}`);
-    for (const chain of table.chains) if (owners.has(chain.name)) lines.push(chainLine(table.name, chain));
+    for (const chain of table.chains) if (declared.has(chain.name)) lines.push(chainLine(table.name, chain));
     const counts = new Map<string, number>();
     for (const rule of tableRules) {
       const count = counts.get(rule.chain) ?? 0;
