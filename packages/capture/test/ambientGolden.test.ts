@@ -11,10 +11,10 @@ import {
   DEFAULT_HOST_PROBE_SNAT_IPV6,
   renderAmbientHostNftTransaction,
   renderAmbientPodNftTransaction,
-  renderIptablesRestore,
 } from '@istio-cni/capture';
 import type { AmbientConfig, AmbientPodOverrides, IptablesRuleSet } from '@istio-cni/capture';
 import { assertTrimmedGolden, TESTDATA_ROOT } from './goldenCompare.ts';
+import { recordedIptablesCommands } from './recordedIptablesCommands.ts';
 
 const IPTABLES_DIR = `${TESTDATA_ROOT}/cni/pkg/iptables/testdata`;
 const NFTABLES_DIR = `${TESTDATA_ROOT}/cni/pkg/nftables/testdata`;
@@ -57,17 +57,12 @@ function configFor(backend: Backend, scenario: AmbientScenario, enableIPv6: bool
 }
 
 /**
- * What upstream's recording stub captures (CASES.md 4.3): both save probes, then each restore
- * document's stdin lines; no final save lines in the ambient tests.
+ * What upstream's recording stub captures (CASES.md 4.3): the sidecar framing (both save probes,
+ * then each restore document's stdin lines) without its final save lines.
  */
 function recordedLines(rules: IptablesRuleSet, enableIPv6: boolean): string {
-  const stdin = (doc: string): string[] => (doc === '' ? [] : doc.replace(/\n$/, '').split('\n'));
-  return [
-    'iptables-save',
-    'ip6tables-save',
-    ...stdin(renderIptablesRestore(rules.v4)),
-    ...(enableIPv6 ? stdin(renderIptablesRestore(rules.v6)) : []),
-  ].join('\n');
+  const lines = recordedIptablesCommands(rules, enableIPv6);
+  return lines.slice(0, lines.length - (enableIPv6 ? 2 : 1)).join('\n');
 }
 
 function iptablesOutput(scenario: AmbientScenario, enableIPv6: boolean): string {
