@@ -132,3 +132,19 @@ export function captureConfigFromRedirect(redirect: Redirect, env: CaptureEnviro
       parseV4LoopbackCidr, DEFAULT_CAPTURE_CONFIG.hostIPv4LoopbackCidr),
   };
 }
+
+const CAPTURE_ENV_KEYS = [
+  'ISTIO_OUTBOUND_OWNER_GROUPS',
+  'ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE',
+  'ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR',
+] as const;
+
+/** Picks the capture variables out of a process environment (read once, then passed down). */
+export function captureEnvironmentFrom(env: Readonly<Record<string, string | undefined>>): CaptureEnvironment {
+  const out: { -readonly [K in (typeof CAPTURE_ENV_KEYS)[number]]?: string } = {};
+  for (const key of CAPTURE_ENV_KEYS) {
+    const value = env[key];
+    if (value !== undefined) out[key] = value;
+  }
+  return out;
+}

@@ -21,6 +21,7 @@ import {
 } from '@istio-cni/handoff';
 import { localSkipReason } from '@istio-cni/capture';
 import { AgentUnreachableError, type AgentClient } from './agentClient.ts';
+import type { DegradedOutcome } from './degraded/degradedMode.ts';
 import { parsePluginConfig, type PluginConfig } from './pluginConfig.ts';
 
 export interface PluginDeps {
@@ -28,6 +29,13 @@ export interface PluginDeps {
   logger: Logger;
   /** Called once the netconf is parsed, so logging can follow `plugin_log_level` and the run dir. */
   onConfig?(config: PluginConfig): void;
+  /** What ADD and CHECK do when the agent is unreachable (ARCHITECTURE §5). */
+  degraded?: DegradedRunner;
+}
+
+export interface DegradedRunner {
+  add(config: PluginConfig, k8s: K8sArgs, netns: string, log: Logger): Promise<DegradedOutcome>;
+  check(config: PluginConfig, k8s: K8sArgs, netns: string): Promise<void>;
 }
 
 /** Why an invocation is answered without asking the agent, or `undefined` when the agent decides. */
@@ -104,14 +112,13 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
         const verdict = await askAgent(deps.agentFor(config), handoffRequest('ADD', args, conf, k8s));
         log.info('pod handled by agent', { verdict: verdict.verdict, reason: verdict.reason });
       } catch (err) {
-        if (err instanceof AgentUnreachableError) {
-          throw new CniError(
-            ErrorCode.TryAgainLater,
-            'istio-cni node agent is not reachable; retry once it is running',
-            err.message,
-          );
+        if (!(err instanceof AgentUnreachableError)) throw err;
+        if (!deps.degraded) {
+          throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable; retry once it is running', err.message);
         }
-        throw err;
+        log.warn('istio-cni node agent unreachable; deciding in the plugin', { error: err.message });
+        const outcome = await deps.degraded.add(config, k8s, args.netns, log);
+        log.info('pod handled in degraded mode', { ...outcome });
       }
       return passThrough(conf);
     },
@@ -133,10 +140,9 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
       try {
         await askAgent(deps.agentFor(config), handoffRequest('CHECK', args, conf, k8s));
       } catch (err) {
-        if (err instanceof AgentUnreachableError) {
-          throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable', err.message);
-        }
-        throw err;
+        if (!(err instanceof AgentUnreachableError)) throw err;
+        if (!deps.degraded) throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable', err.message);
+        await deps.degraded.check(config, k8s, args.netns);
       }
     },
 

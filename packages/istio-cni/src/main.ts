@@ -42,6 +42,11 @@ async function main(): Promise<void> {
   const funcs = createPluginFuncs({
     logger,
     agentFor: (config) => udsAgentClient(config.cniAgentRunDir),
+    degraded: {
+      // Loaded on demand: the API reader and the rule programming stay off the hot path.
+      add: async (...a) => (await import('./degraded/realDegradedMode.ts')).runDegradedAdd(...a),
+      check: async (...a) => (await import('./degraded/realDegradedMode.ts')).runDegradedCheck(...a),
+    },
     onConfig: (config) => {
       logger.setThreshold(parseLogThreshold(config.pluginLogLevel));
       forwarder.setRunDir(config.cniAgentRunDir);

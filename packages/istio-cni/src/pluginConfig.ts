@@ -1,13 +1,6 @@
 import { CniError, ErrorCode, type NetConf } from '@istio-cni/cni';
 import { DEFAULT_RUN_DIR } from '@istio-cni/handoff';
-
-/** A Kubernetes label selector as JSON (`matchLabels`, `matchExpressions`). Evaluated by the agent. */
-export type LabelSelectorJson = Record<string, unknown>;
-
-export interface EnablementSelector {
-  podSelector?: LabelSelectorJson;
-  namespaceSelector?: LabelSelectorJson;
-}
+import { parseEnablementSelectors, type EnablementSelector } from '@istio-cni/capture';
 
 /** The istio-cni keys of the netconf (SPEC 2.2). */
 export interface PluginConfig {
@@ -42,25 +35,12 @@ function boolKey(raw: Record<string, unknown>, key: string): boolean {
   return v;
 }
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 function selectorsKey(raw: Record<string, unknown>): EnablementSelector[] {
-  const v = raw.enablement_selectors;
-  if (v === undefined || v === null) return [];
-  if (!Array.isArray(v)) throw invalid('enablement_selectors', 'an array', v);
-  return v.map((entry, i) => {
-    if (!isPlainObject(entry)) throw invalid(`enablement_selectors[${i}]`, 'an object', entry);
-    const out: EnablementSelector = {};
-    for (const k of ['podSelector', 'namespaceSelector'] as const) {
-      const sel = entry[k];
-      if (sel === undefined || sel === null) continue;
-      if (!isPlainObject(sel)) throw invalid(`enablement_selectors[${i}].${k}`, 'an object', sel);
-      out[k] = sel;
-    }
-    return out;
-  });
+  try {
+    return parseEnablementSelectors(raw.enablement_selectors);
+  } catch (err) {
+    throw new CniError(ErrorCode.InvalidNetworkConfig, `invalid istio-cni config: enablement_selectors: ${(err as Error).message}`);
+  }
 }
 
 function namespacesKey(raw: Record<string, unknown>): string[] {

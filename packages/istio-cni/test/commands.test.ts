@@ -161,8 +161,8 @@ describe('parsePluginConfig', () => {
     ['exclude_namespaces', 'kube-system', /exclude_namespaces must be an array of strings/],
     ['exclude_namespaces', [1], /exclude_namespaces must be an array of strings/],
     ['cni_agent_run_dir', 5, /cni_agent_run_dir must be a string/],
-    ['enablement_selectors', {}, /enablement_selectors must be an array/],
-    ['enablement_selectors', [{ podSelector: 'x' }], /enablement_selectors\[0\]\.podSelector must be an object/],
+    ['enablement_selectors', {}, /enablement_selectors: enablement selectors must be a list/],
+    ['enablement_selectors', [{ podSelector: 'x' }], /enablement_selectors: \[0\]\.podSelector must be an object/],
   ];
   for (const [key, value, msg] of bad) {
     it(`rejects ${key}=${JSON.stringify(value)} with code 7`, () => {

@@ -1,4 +1,4 @@
-import type { CaptureEnvironment, EnablementSelector } from '@istio-cni/capture';
+import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
 import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
@@ -38,21 +38,6 @@ export interface NodeAgent {
   stop(): void;
 }
 
-const CAPTURE_ENV_KEYS = [
-  'ISTIO_OUTBOUND_OWNER_GROUPS',
-  'ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE',
-  'ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR',
-] as const;
-
-function captureEnvironment(env: Record<string, string | undefined>): CaptureEnvironment {
-  const out: Partial<Record<(typeof CAPTURE_ENV_KEYS)[number], string>> = {};
-  for (const key of CAPTURE_ENV_KEYS) {
-    const value = env[key];
-    if (value !== undefined) out[key] = value;
-  }
-  return out;
-}
-
 export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const kc = loadKubeConfig(options.kube);
   const cluster = watchCluster(kc, { nodeName: options.nodeName, logger: options.logger });
@@ -60,7 +45,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     runner: createExecCommandRunner(),
     openScratchNetns: createScratchNetnsOpener(),
     nativeNftables: options.nativeNftables,
-    env: captureEnvironment(options.captureEnv),
+    env: captureEnvironmentFrom(options.captureEnv),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
   });
   const notReadyReason = (): string | undefined =>

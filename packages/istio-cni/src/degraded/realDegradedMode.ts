@@ -1,0 +1,51 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
+import { captureEnvironmentFrom } from '@istio-cni/capture';
+import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
+import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
+import type { PluginConfig } from '../pluginConfig.ts';
+import { getNamespace, getPod, readPluginKubeconfig, type PluginKubeconfig } from './apiReader.ts';
+import { degradedAdd, degradedCheck, type DegradedDeps, type DegradedOutcome } from './degradedMode.ts';
+
+const REQUEST_TIMEOUT_MS = 5_000;
+
+/**
+ * Degraded mode wired to the real world: the installer's kubeconfig, plain HTTPS to the API
+ * server, and the same capture code the agent runs. Loaded only when the agent is unreachable.
+ */
+async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
+  const kubeconfigPath = runDirPath(config.cniAgentRunDir, PLUGIN_KUBECONFIG);
+  let kubeconfig: PluginKubeconfig;
+  try {
+    kubeconfig = await readPluginKubeconfig(kubeconfigPath);
+  } catch (err) {
+    throw new CniError(
+      ErrorCode.TryAgainLater,
+      'istio-cni node agent is not reachable and its kubeconfig cannot be read; retry once the agent runs',
+      (err as Error).message,
+    );
+  }
+  const capture = createSidecarCaptureManager({
+    runner: createExecCommandRunner(),
+    openScratchNetns: createScratchNetnsOpener(),
+    nativeNftables: config.nativeNftables,
+    env: captureEnvironmentFrom(process.env),
+    ...(process.env.FORCE_IPTABLES_BINARY ? { forceIptablesBinary: process.env.FORCE_IPTABLES_BINARY } : {}),
+  });
+  return {
+    getPod: (ns, name) => getPod(kubeconfig, ns, name, REQUEST_TIMEOUT_MS),
+    getNamespace: (name) => getNamespace(kubeconfig, name, REQUEST_TIMEOUT_MS),
+    applySidecar: (pod, netns) => capture.apply(pod, netns),
+    verifySidecar: (pod, netns) => capture.verify(pod, netns),
+    sleep: (ms) => sleep(ms),
+    now: () => Date.now(),
+  };
+}
+
+export async function runDegradedAdd(config: PluginConfig, k8s: K8sArgs, netns: string, log: Logger): Promise<DegradedOutcome> {
+  return degradedAdd(await realDeps(config), config, k8s, netns, log);
+}
+
+export async function runDegradedCheck(config: PluginConfig, k8s: K8sArgs, netns: string): Promise<void> {
+  return degradedCheck(await realDeps(config), config, k8s, netns);
+}

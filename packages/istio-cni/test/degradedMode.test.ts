@@ -1,0 +1,123 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { redirectFromPod, type Namespace, type Pod } from '@istio-cni/capture';
+import { CniError, parseNetConf } from '@istio-cni/cni';
+import { createJsonLogger } from '@istio-cni/handoff';
+import { ApiRequestError, ApiUnauthorizedError } from '../src/degraded/apiReader.ts';
+import { degradedAdd, degradedCheck, type DegradedDeps } from '../src/degraded/degradedMode.ts';
+import { parsePluginConfig } from '../src/pluginConfig.ts';
+
+const log = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
+const k8s = { podName: 'web-0', podNamespace: 'default', podUid: 'u', podInfraContainerId: 'c' };
+const policy = { deadlineMs: 5_000, intervalMs: 1_000 };
+
+const sidecar: Pod = {
+  metadata: { name: 'web-0', namespace: 'default', annotations: { 'sidecar.istio.io/status': '{}' } },
+  spec: { containers: [{ name: 'app' }, { name: 'istio-proxy' }] },
+};
+const plain: Pod = { metadata: { name: 'web-0', namespace: 'default' }, spec: { containers: [{ name: 'app' }] } };
+const ambientNs: Namespace = { metadata: { name: 'default', labels: { 'istio.io/dataplane-mode': 'ambient' } } };
+
+function config(ambient = false) {
+  return parsePluginConfig(
+    parseNetConf(
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'n',
+        type: 'istio-cni',
+        ambient_enabled: ambient,
+        enablement_selectors: [{ namespaceSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
+      }),
+    ),
+  );
+}
+
+function fakeDeps(pod: Pod | undefined | Error[], opts: { namespace?: Namespace; applyError?: Error } = {}): DegradedDeps & { applied: string[]; clock: number } {
+  const failures = Array.isArray(pod) ? [...pod] : [];
+  const deps = {
+    applied: [] as string[],
+    clock: 0,
+    async getPod() {
+      const f = failures.shift();
+      if (f) throw f;
+      return Array.isArray(pod) ? sidecar : pod;
+    },
+    async getNamespace() {
+      return opts.namespace;
+    },
+    async applySidecar(p: Pod, netns: string) {
+      if (opts.applyError) throw opts.applyError;
+      redirectFromPod(p);
+      deps.applied.push(netns);
+      return 'applied';
+    },
+    async verifySidecar() {
+      return deps.applied.length ? [] : ['nat ISTIO_OUTPUT missing'];
+    },
+    async sleep(ms: number) {
+      deps.clock += ms;
+    },
+    now: () => deps.clock,
+  };
+  return deps;
+}
+
+const code = (n: number, msg?: RegExp) => (err: unknown) => err instanceof CniError && err.code === n && (!msg || msg.test(err.message));
+
+describe('degraded ADD (agent unreachable)', () => {
+  it('passes a plain pod through', async () => {
+    const deps = fakeDeps(plain);
+    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', log, policy), { action: 'skipped', reason: 'pod has no istio-proxy container' });
+    assert.deepEqual(deps.applied, []);
+  });
+
+  it('programs the capture rules for a sidecar pod itself', async () => {
+    const deps = fakeDeps(sidecar);
+    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', log, policy), { action: 'redirected', outcome: 'applied' });
+    assert.deepEqual(deps.applied, ['/ns']);
+  });
+
+  it('fails an ambient pod closed with code 11', async () => {
+    const deps = fakeDeps(plain, { namespace: ambientNs });
+    await assert.rejects(degradedAdd(deps, config(true), k8s, '/ns', log, policy), code(11, /ambient pod/));
+  });
+
+  it('retries transient API errors within the deadline', async () => {
+    const deps = fakeDeps([new ApiRequestError('HTTP 503'), new ApiRequestError('HTTP 503')]);
+    const out = await degradedAdd(deps, config(), k8s, '/ns', log, policy);
+    assert.equal(out.action, 'redirected');
+    assert.equal(deps.clock, 2_000);
+  });
+
+  it('gives up with code 11 at the deadline', async () => {
+    const deps = fakeDeps(Array.from({ length: 100 }, () => new ApiRequestError('connection refused')));
+    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', log, policy), code(11, /after 5 attempt\(s\): connection refused/));
+    assert.ok(deps.clock < policy.deadlineMs);
+  });
+
+  it('reports Unauthorized as such, without retrying', async () => {
+    const deps = fakeDeps([new ApiUnauthorizedError('Unauthorized: the API server rejected the istio-cni token (expired or revoked?)')]);
+    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', log, policy), code(11, /Unauthorized/));
+    assert.equal(deps.clock, 0);
+  });
+
+  it('fails with code 7 naming the annotation for an invalid annotation, applying nothing', async () => {
+    const bad: Pod = { ...sidecar, metadata: { ...sidecar.metadata, annotations: { ...sidecar.metadata.annotations, 'sidecar.istio.io/interceptionMode': 'MAGIC' } } };
+    const deps = fakeDeps(bad);
+    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', log, policy), code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/));
+    assert.deepEqual(deps.applied, []);
+  });
+
+  it('answers 11 for a pod the API does not have', async () => {
+    await assert.rejects(degradedAdd(fakeDeps(undefined), config(), k8s, '/ns', log, policy), code(11, /not found/));
+  });
+});
+
+describe('degraded CHECK', () => {
+  it('verifies a sidecar pod rules directly and reports what is missing', async () => {
+    await assert.rejects(degradedCheck(fakeDeps(sidecar), config(), k8s, '/ns', policy), (e: unknown) => e instanceof CniError && e.details === 'nat ISTIO_OUTPUT missing');
+  });
+  it('succeeds for a pod that is not captured', async () => {
+    await degradedCheck(fakeDeps(plain), config(), k8s, '/ns', policy);
+  });
+});
