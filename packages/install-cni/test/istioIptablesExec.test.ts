@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { test } from 'node:test';
+import { dryRunDocuments, goldenRestoreText, readIptablesGolden, readNftGolden, trimmed } from './istioIptablesHarness.ts';
+
+/** The bundled executable (`node scripts/build.ts install-cni`), run as a process. */
+const EXECUTABLE = resolve(import.meta.dirname, '../../../dist/install-cni');
+
+function run(args: readonly string[], env: Record<string, string> = {}) {
+  const result = spawnSync(EXECUTABLE, ['istio-iptables', ...args], {
+    encoding: 'utf8',
+    env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', ENABLE_INBOUND_IPV6: 'false', ...env },
+    timeout: 20_000,
+  });
+  return { stdout: result.stdout, stderr: result.stderr, status: result.status };
+}
+
+function skipReason(): string | false {
+  if (!existsSync(EXECUTABLE)) return 'dist/install-cni not built';
+  // A binary built before the sub-command existed is stale, not wrong.
+  if (run(['--help']).status !== 0) return 'dist/install-cni predates istio-iptables (rebuild it)';
+  return false;
+}
+
+const skip = skipReason();
+
+test('dist/install-cni istio-iptables --dry-run prints the golden documents', { skip }, () => {
+  const out = run(['--dry-run', '-b', '32000,31000', '-m', 'TPROXY']);
+  assert.equal(out.status, 0, out.stderr);
+  assert.equal(trimmed(dryRunDocuments(out.stdout)), trimmed(goldenRestoreText(readIptablesGolden('inbound-ports-tproxy'))));
+  const nft = run(['-n', '--native-nftables', '-k', 'eth1,eth2', '-i', '*']);
+  assert.equal(nft.status, 0, nft.stderr);
+  assert.equal(trimmed(dryRunDocuments(nft.stdout)), trimmed(readNftGolden('kube-virt-interfaces')));
+});
+
+test('dist/install-cni istio-iptables reads env fallbacks and exits non-zero on a bad value', { skip }, () => {
+  const viaEnv = run(['--dry-run'], { ISTIO_INBOUND_PORTS: '32000,31000' });
+  assert.equal(viaEnv.status, 0, viaEnv.stderr);
+  assert.equal(trimmed(dryRunDocuments(viaEnv.stdout)), trimmed(goldenRestoreText(readIptablesGolden('inbound-ports-include'))));
+  const bad = run(['--dry-run', '-p', '70000']);
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /invalid value "70000" for --envoy-port \(-p\)/);
+  assert.equal(bad.stdout, '');
+  const unknown = run(['--no-such-flag']);
+  assert.notEqual(unknown.status, 0);
+  assert.match(unknown.stderr, /unknown option '--no-such-flag'/);
+});
