@@ -1,0 +1,13 @@
+# The e2e rig and scenarios (issue 8). Included by the main Makefile, which defines NODE and `build`.
+# The rig (etcd, kube-apiserver, crictl, cnitool, helm, containerd+runc, a local pause image) is built
+# from package registries into the git-ignored .e2e-cache/; only the first run pays.
+E2E_TESTS := test/e2e/*.test.ts
+
+.PHONY: e2e-rig e2e
+
+e2e-rig:
+	bash test/e2e/rig/build.sh
+
+# Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
+e2e: e2e-rig build
+	$(NODE) --test --test-reporter=spec --test-concurrency=1 $(E2E_TESTS)

@@ -1,0 +1,119 @@
+// The e2e rig itself: a real etcd + kube-apiserver and a real containerd whose primary network is
+// Debian's reference plugins. Every scenario test builds on exactly these pieces.
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { startCluster, type Cluster } from './support/cluster.ts';
+import { startContainerd, type Containerd } from './support/containerd.ts';
+import { hostLeaks, takeHostSnapshot, type HostSnapshot } from './support/hostSnapshot.ts';
+import {
+  existingPortmapChains,
+  removePrimaryNetworkLeftovers,
+  writePrimaryNetwork,
+  type PrimaryNetwork,
+} from './support/primaryNetwork.ts';
+import { runCommand } from './support/runCommand.ts';
+
+const NAMESPACE = 'e2e-smoke';
+
+describe('e2e rig', () => {
+  let hostBefore: HostSnapshot;
+  let portmapChainsBefore: Set<string>;
+  let cluster: Cluster | undefined;
+  let containerd: Containerd | undefined;
+  let network: PrimaryNetwork | undefined;
+  let podUid = '';
+
+  before(async () => {
+    hostBefore = await takeHostSnapshot();
+    portmapChainsBefore = await existingPortmapChains();
+    cluster = await startCluster();
+    containerd = await startContainerd();
+  });
+
+  after(async () => {
+    await containerd?.stop();
+    await cluster?.stop();
+    if (network !== undefined) await removePrimaryNetworkLeftovers(network, portmapChainsBefore);
+    assert.deepEqual(hostLeaks(hostBefore, await takeHostSnapshot()), [], 'the rig left host state behind');
+  });
+
+  test('the API server is ready and reports the pinned version', async () => {
+    assert.ok(cluster);
+    const readyz = await cluster.api.request('GET', '/readyz');
+    assert.equal(readyz.status, 200, readyz.text);
+    const version = await cluster.api.must<{ gitVersion: string }>('GET', '/version');
+    assert.match(version.gitVersion, /^v1\.\d+\.\d+/);
+  });
+
+  test('RBAC denies an unauthenticated write and an unbound service account', async () => {
+    assert.ok(cluster);
+    const ns = { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'e2e-forbidden' } };
+    const anonymous = await cluster.anonymous.request('POST', '/api/v1/namespaces', ns);
+    assert.equal(anonymous.status, 403, anonymous.text);
+
+    await cluster.ensureNamespace(NAMESPACE);
+    await cluster.ensureServiceAccount(NAMESPACE, 'nobody');
+    const { token } = await cluster.requestServiceAccountToken(NAMESPACE, 'nobody', { expirationSeconds: 600 });
+    const asNobody = cluster.api.withToken(token);
+    const review = await asNobody.must<{ status: { userInfo: { username: string } } }>(
+      'POST',
+      '/apis/authentication.k8s.io/v1/selfsubjectreviews',
+      { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+    );
+    assert.equal(review.status.userInfo.username, `system:serviceaccount:${NAMESPACE}:nobody`);
+    const denied = await asNobody.request('POST', '/api/v1/namespaces', ns);
+    assert.equal(denied.status, 403, denied.text);
+  });
+
+  test('a namespace and a pod object can be created', async () => {
+    assert.ok(cluster);
+    await cluster.ensureNamespace(NAMESPACE, { 'e2e.istio-cni/smoke': 'true' });
+    const pod = await cluster.api.must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'smoke' },
+      spec: { nodeName: 'e2e-node', containers: [{ name: 'app', image: 'localhost/istio-cni-e2e/pause:v1' }] },
+    });
+    podUid = pod.metadata.uid;
+    const read = await cluster.api.must<{ metadata: { labels?: Record<string, string> } }>('GET', `/api/v1/namespaces/${NAMESPACE}`);
+    assert.equal(read.metadata.labels?.['e2e.istio-cni/smoke'], 'true');
+    assert.match(podUid, /^[0-9a-f-]{36}$/);
+  });
+
+  test('crictl runp starts a sandbox on the reference bridge network; stopp and rmp tear it down', async () => {
+    assert.ok(containerd);
+    const ipamDataDir = join(containerd.dir, 'ipam');
+    network = writePrimaryNetwork({ confDir: containerd.cniConfDir, binDir: containerd.cniBinDir, ipamDataDir });
+    await containerd.waitNetworkReady();
+
+    const hostPort = 31080;
+    const id = await containerd.runPodSandbox({
+      metadata: { name: 'smoke', namespace: NAMESPACE, uid: podUid || '00000000-0000-0000-0000-000000000001' },
+      hostname: 'smoke',
+      port_mappings: [{ protocol: 0, container_port: 80, host_port: hostPort }],
+    });
+    const { status, info } = await containerd.inspectPodSandbox(id);
+    assert.equal(status.state, 'SANDBOX_READY');
+    const ip = status.network?.ip ?? '';
+    assert.match(ip, /^10\.244\.250\.\d+$/);
+
+    const spec = info.runtimeSpec as { linux: { namespaces: { type: string; path?: string }[] } };
+    const netnsPath = spec.linux.namespaces.find((n) => n.type === 'network')?.path ?? '';
+    assert.ok(existsSync(netnsPath), `sandbox netns ${netnsPath} exists`);
+    const addr = await runCommand(['nsenter', `--net=${netnsPath}`, 'ip', '-o', '-4', 'addr', 'show', 'dev', 'eth0']);
+    assert.ok(addr.stdout.includes(`${ip}/24`), addr.stdout);
+    const dnat = await runCommand(['iptables', '-w', '-t', 'nat', '-S']);
+    assert.ok(dnat.stdout.includes(`--dport ${hostPort}`), `portmap DNAT for ${hostPort} is installed:\n${dnat.stdout}`);
+    assert.ok(readdirSync(join(ipamDataDir, network.name)).includes(ip), 'host-local recorded the lease');
+
+    await containerd.stopPodSandbox(id);
+    assert.equal(existsSync(netnsPath), false, 'the netns is gone after stopp');
+    assert.equal(readdirSync(join(ipamDataDir, network.name)).includes(ip), false, 'host-local released the lease');
+    const natAfter = await runCommand(['iptables', '-w', '-t', 'nat', '-S']);
+    assert.equal(natAfter.stdout.includes(`--dport ${hostPort}`), false, 'portmap removed its DNAT rule');
+    await containerd.removePodSandbox(id);
+    assert.equal((await containerd.crictl(['pods', '-q'])).trim(), '');
+  });
+});

@@ -1,0 +1,45 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { runCommand } from './runCommand.ts';
+
+export interface ClusterPki {
+  caCert: string;
+  caKey: string;
+  servingCert: string;
+  servingKey: string;
+  serviceAccountPublicKey: string;
+  serviceAccountSigningKey: string;
+}
+
+const EC_KEY = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+
+/** A throwaway CA, an API server serving certificate for loopback, and the service-account signing keys. */
+export async function makeClusterPki(dir: string): Promise<ClusterPki> {
+  const pki: ClusterPki = {
+    caCert: join(dir, 'ca.crt'),
+    caKey: join(dir, 'ca.key'),
+    servingCert: join(dir, 'apiserver.crt'),
+    servingKey: join(dir, 'apiserver.key'),
+    serviceAccountPublicKey: join(dir, 'sa.pub'),
+    serviceAccountSigningKey: join(dir, 'sa.key'),
+  };
+  await runCommand(['openssl', 'req', '-x509', ...EC_KEY, '-keyout', pki.caKey, '-out', pki.caCert, '-days', '2',
+    '-subj', '/CN=e2e-cluster-ca', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
+  const csr = join(dir, 'apiserver.csr');
+  const ext = join(dir, 'apiserver.ext');
+  await runCommand(['openssl', 'req', '-new', ...EC_KEY, '-keyout', pki.servingKey, '-out', csr, '-subj', '/CN=kube-apiserver']);
+  writeFileSync(ext, [
+    'basicConstraints=critical,CA:FALSE',
+    'keyUsage=critical,digitalSignature,keyEncipherment',
+    'extendedKeyUsage=serverAuth',
+    'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local',
+    '',
+  ].join('\n'));
+  await runCommand(['openssl', 'x509', '-req', '-in', csr, '-CA', pki.caCert, '-CAkey', pki.caKey, '-CAcreateserial',
+    '-days', '2', '-extfile', ext, '-out', pki.servingCert]);
+  const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  writeFileSync(pki.serviceAccountPublicKey, publicKey.export({ type: 'spki', format: 'pem' }));
+  writeFileSync(pki.serviceAccountSigningKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+  return pki;
+}
