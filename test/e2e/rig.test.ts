@@ -13,6 +13,7 @@ import {
   writePrimaryNetwork,
   type PrimaryNetwork,
 } from './support/primaryNetwork.ts';
+import { runCnitool } from './support/cnitool.ts';
 import { runCommand } from './support/runCommand.ts';
 
 const NAMESPACE = 'e2e-smoke';
@@ -115,5 +116,26 @@ describe('e2e rig', () => {
     assert.equal(natAfter.stdout.includes(`--dport ${hostPort}`), false, 'portmap removed its DNAT rule');
     await containerd.removePodSandbox(id);
     assert.equal((await containerd.crictl(['pods', '-q'])).trim(), '');
+  });
+
+  test('cnitool drives the same conflist through ADD, CHECK and DEL in a scratch netns', async () => {
+    assert.ok(containerd);
+    assert.ok(network, 'the sandbox test wrote the primary network');
+    const netnsName = `e2e-cnitool-${process.pid}`;
+    const netnsPath = `/var/run/netns/${netnsName}`;
+    await runCommand(['ip', 'netns', 'add', netnsName]);
+    try {
+      const options = { confDir: containerd.cniConfDir, binDir: containerd.cniBinDir };
+      const add = await runCnitool('add', network.name, netnsPath, options);
+      const result = JSON.parse(add.stdout) as { cniVersion: string; ips: { address: string }[] };
+      assert.equal(result.cniVersion, '1.0.0');
+      assert.match(result.ips[0]?.address ?? '', /^10\.244\.250\.\d+\/24$/);
+      await runCnitool('check', network.name, netnsPath, options);
+      await runCnitool('del', network.name, netnsPath, options);
+      const links = await runCommand(['ip', '-n', netnsName, '-o', 'link', 'show']);
+      assert.equal(links.stdout.includes('eth0'), false, 'DEL removed eth0');
+    } finally {
+      await runCommand(['ip', 'netns', 'delete', netnsName], { allowFailure: true });
+    }
   });
 });

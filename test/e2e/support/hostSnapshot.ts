@@ -31,10 +31,46 @@ const WATCHED_COMMANDS = new Set([
 async function dump(argv: readonly string[]): Promise<string[]> {
   const { stdout, exitCode } = await runCommand(argv, { allowFailure: true });
   if (exitCode !== 0) return [`<${argv[0]} exited ${exitCode}>`];
-  return stdout
+  const lines = stdout
     .split('\n')
     .filter((line) => line.trim() !== '' && !line.startsWith('#'))
     .map((line) => line.replace(/\[\d+:\d+\]/g, '[]').replace(/counter packets \d+ bytes \d+/g, 'counter'));
+  return argv[0]?.endsWith('-save') === true ? normalizeIptablesSave(lines) : normalizeNftRuleset(lines);
+}
+
+/** Prefixes each `nft list ruleset` line with its table and chain, so a diff line says where it is. */
+function normalizeNftRuleset(lines: readonly string[]): string[] {
+  const out: string[] = [];
+  let table = '';
+  let chain = '';
+  for (const raw of lines) {
+    const line = raw.trim();
+    if (line.startsWith('table ')) {
+      table = line.replace(/ \{$/, '');
+      chain = '';
+      out.push(table);
+    } else if (/^(chain|set|map|flowtable) /.test(line)) {
+      chain = line.replace(/ \{$/, '');
+      out.push(`${table} ${chain}`);
+    } else if (line !== '}') {
+      out.push(`${table} ${chain} ${line}`);
+    }
+  }
+  return out;
+}
+
+/**
+ * Prefixes each iptables-save line with its table and drops what only says a table exists: merely
+ * listing a legacy table instantiates it, which is no leak. A changed built-in policy still shows.
+ */
+function normalizeIptablesSave(lines: readonly string[]): string[] {
+  const out: string[] = [];
+  let table = '';
+  for (const line of lines) {
+    if (line.startsWith('*')) table = line.slice(1);
+    else if (line !== 'COMMIT' && !/^:[A-Z]+ ACCEPT \[\]$/.test(line)) out.push(`${table} ${line}`);
+  }
+  return out;
 }
 
 export async function takeHostSnapshot(): Promise<HostSnapshot> {

@@ -13,6 +13,12 @@ export interface ManagedProcess {
   stop(graceMs?: number): Promise<void>;
 }
 
+const live = new Set<ChildProcess>();
+// If the test runner dies mid-run nothing else would stop the rig; `exit` handlers must be synchronous.
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
 /** Spawns a long-running rig process whose stdout and stderr go to logFile. */
 export function startManagedProcess(name: string, argv: readonly string[], logFile: string, env?: NodeJS.ProcessEnv): ManagedProcess {
   const [file, ...args] = argv;
@@ -20,6 +26,7 @@ export function startManagedProcess(name: string, argv: readonly string[], logFi
   const fd = openSync(logFile, 'a');
   const child = spawn(file, args, { stdio: ['ignore', fd, fd], env: env ?? process.env });
   closeSync(fd);
+  live.add(child);
   const logTail = (lines = 40): string => {
     try {
       return readFileSync(logFile, 'utf8').split('\n').slice(-lines).join('\n');
@@ -28,9 +35,13 @@ export function startManagedProcess(name: string, argv: readonly string[], logFi
     }
   };
   const gone = new Promise<void>((resolveGone) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolveGone();
-    child.once('exit', () => resolveGone());
-    child.once('error', () => resolveGone());
+    const done = () => {
+      live.delete(child);
+      resolveGone();
+    };
+    if (child.exitCode !== null || child.signalCode !== null) done();
+    child.once('exit', done);
+    child.once('error', done);
   });
   const exited = gone.then((): never => {
     throw new Error(`${name} exited (code ${child.exitCode}, signal ${child.signalCode}):\n${logTail()}`);
