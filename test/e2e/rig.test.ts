@@ -4,44 +4,27 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { startCluster, type Cluster } from './support/cluster.ts';
-import { startContainerd, type Containerd } from './support/containerd.ts';
-import { hostLeaks, takeHostSnapshot, type HostSnapshot } from './support/hostSnapshot.ts';
-import {
-  existingPortmapChains,
-  removePrimaryNetworkLeftovers,
-  writePrimaryNetwork,
-  type PrimaryNetwork,
-} from './support/primaryNetwork.ts';
 import { runCnitool } from './support/cnitool.ts';
+import { startRig, type Rig } from './support/rig.ts';
 import { runCommand } from './support/runCommand.ts';
 
 const NAMESPACE = 'e2e-smoke';
 
 describe('e2e rig', () => {
-  let hostBefore: HostSnapshot;
-  let portmapChainsBefore: Set<string>;
-  let cluster: Cluster | undefined;
-  let containerd: Containerd | undefined;
-  let network: PrimaryNetwork | undefined;
+  let rig: Rig | undefined;
   let podUid = '';
 
   before(async () => {
-    hostBefore = await takeHostSnapshot();
-    portmapChainsBefore = await existingPortmapChains();
-    cluster = await startCluster();
-    containerd = await startContainerd();
+    rig = await startRig();
   });
 
   after(async () => {
-    await containerd?.stop();
-    await cluster?.stop();
-    if (network !== undefined) await removePrimaryNetworkLeftovers(network, portmapChainsBefore);
-    assert.deepEqual(hostLeaks(hostBefore, await takeHostSnapshot()), [], 'the rig left host state behind');
+    if (rig !== undefined) assert.deepEqual(await rig.stop(), [], 'the rig left host state behind');
   });
 
   test('the API server is ready and reports the pinned version', async () => {
-    assert.ok(cluster);
+    assert.ok(rig);
+    const { cluster } = rig;
     const readyz = await cluster.api.request('GET', '/readyz');
     assert.equal(readyz.status, 200, readyz.text);
     const version = await cluster.api.must<{ gitVersion: string }>('GET', '/version');
@@ -49,7 +32,8 @@ describe('e2e rig', () => {
   });
 
   test('RBAC denies an unauthenticated write and an unbound service account', async () => {
-    assert.ok(cluster);
+    assert.ok(rig);
+    const { cluster } = rig;
     const ns = { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'e2e-forbidden' } };
     const anonymous = await cluster.anonymous.request('POST', '/api/v1/namespaces', ns);
     assert.equal(anonymous.status, 403, anonymous.text);
@@ -69,7 +53,8 @@ describe('e2e rig', () => {
   });
 
   test('a namespace and a pod object can be created', async () => {
-    assert.ok(cluster);
+    assert.ok(rig);
+    const { cluster } = rig;
     await cluster.ensureNamespace(NAMESPACE, { 'e2e.istio-cni/smoke': 'true' });
     const pod = await cluster.api.must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/pods`, {
       apiVersion: 'v1',
@@ -84,10 +69,10 @@ describe('e2e rig', () => {
   });
 
   test('crictl runp starts a sandbox on the reference bridge network; stopp and rmp tear it down', async () => {
-    assert.ok(containerd);
+    assert.ok(rig);
+    const { containerd, network } = rig;
     const ipamDataDir = join(containerd.dir, 'ipam');
-    network = writePrimaryNetwork({ confDir: containerd.cniConfDir, binDir: containerd.cniBinDir, ipamDataDir });
-    await containerd.waitNetworkReady();
+    assert.ok(network.conflist.plugins.some((p) => p.type === 'portmap'), 'the primary conflist chains portmap');
 
     const hostPort = 31080;
     const id = await containerd.runPodSandbox({
@@ -119,8 +104,8 @@ describe('e2e rig', () => {
   });
 
   test('cnitool drives the same conflist through ADD, CHECK and DEL in a scratch netns', async () => {
-    assert.ok(containerd);
-    assert.ok(network, 'the sandbox test wrote the primary network');
+    assert.ok(rig);
+    const { containerd, network } = rig;
     const netnsName = `e2e-cnitool-${process.pid}`;
     const netnsPath = `/var/run/netns/${netnsName}`;
     await runCommand(['ip', 'netns', 'add', netnsName]);

@@ -1,0 +1,42 @@
+import { join } from 'node:path';
+import { startCluster, type Cluster, type ClusterOptions } from './cluster.ts';
+import { startContainerd, type Containerd } from './containerd.ts';
+import { hostLeaks, takeHostSnapshot } from './hostSnapshot.ts';
+import { existingPortmapChains, removePrimaryNetworkLeftovers, writePrimaryNetwork, type PrimaryNetwork } from './primaryNetwork.ts';
+
+/** The whole e2e rig: control plane, container runtime, and the primary network already loaded by CRI. */
+export interface Rig {
+  cluster: Cluster;
+  containerd: Containerd;
+  network: PrimaryNetwork;
+  /** Stops everything, removes what the reference plugins leave by design, and returns any host state left behind. */
+  stop(): Promise<string[]>;
+}
+
+export async function startRig(options: { cluster?: ClusterOptions } = {}): Promise<Rig> {
+  const hostBefore = await takeHostSnapshot();
+  const portmapChainsBefore = await existingPortmapChains();
+  let cluster: Cluster | undefined;
+  let containerd: Containerd | undefined;
+  let network: PrimaryNetwork | undefined;
+  const stop = async (): Promise<string[]> => {
+    await containerd?.stop();
+    await cluster?.stop();
+    if (network !== undefined) await removePrimaryNetworkLeftovers(network, portmapChainsBefore);
+    return hostLeaks(hostBefore, await takeHostSnapshot());
+  };
+  try {
+    cluster = await startCluster(options.cluster);
+    containerd = await startContainerd();
+    network = writePrimaryNetwork({
+      confDir: containerd.cniConfDir,
+      binDir: containerd.cniBinDir,
+      ipamDataDir: join(containerd.dir, 'ipam'),
+    });
+    await containerd.waitNetworkReady();
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { cluster, containerd, network, stop };
+}
