@@ -1,6 +1,8 @@
+import { parseEnablementSelectors } from '@istio-cni/capture';
 import { LOG_SOCKET, PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } from '@istio-cni/handoff';
 import { startHandoffServer, type HandoffServer } from './agent/handoffServer.ts';
-import { skipAllHandler } from './agent/skipAllHandler.ts';
+import { noApiHandler } from './agent/noApiHandler.ts';
+import { startNodeAgent, type NodeAgent } from './agent/startNodeAgent.ts';
 import { startHealthServer } from './health/healthServer.ts';
 import { Installer, installerSettings } from './installer/installer.ts';
 import type { ThrottleOptions } from './installer/installThrottle.ts';
@@ -19,6 +21,8 @@ export interface DaemonOptions {
   /** DaemonSet lookup for the upgrade-safe shutdown; only consulted with ambient on. */
   upgradeLookup?: DaemonSetLookup;
   throttle?: Partial<ThrottleOptions>;
+  /** KUBECONFIG for the agent's own API access; in-cluster credentials are used otherwise. */
+  kubeconfigPath?: string;
   /** Called once everything listens (tests use the ports). */
   onStarted?: (info: { readinessPort: number; metricsPort: number | undefined; installer: Installer }) => void;
 }
@@ -62,13 +66,17 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     closers.push(() => logSink.close());
     const health = await startHealthServer(settings.readinessPort, () => readiness.install && readiness.agent);
     closers.push(() => health.close());
+    const agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
+    if (agent) closers.push(async () => agent.stop());
     const handoff: HandoffServer = await startHandoffServer({
       socketPath: runDirPath(settings.cniAgentRunDir, PLUGIN_EVENT_SOCKET),
-      handler: skipAllHandler,
+      handler: agent?.handler ?? noApiHandler({ agentNamespace: settings.podNamespace, excludeNamespaces: settings.excludeNamespaces }),
       logger,
     });
     closers.push(() => handoff.close());
-    readiness.agent = true;
+    // The installer starts right away; /readyz waits for the agent's informers (SPEC 5.8).
+    if (agent) void agent.synced.then(() => (readiness.agent = true));
+    else readiness.agent = true;
     opts.onStarted?.({ readinessPort: health.port, metricsPort: metricsServer?.port, installer });
     await installer.run(signal);
   } catch (err) {
@@ -94,4 +102,37 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   for (const close of closers.reverse()) await close().catch(() => undefined);
   logger.info('install-cni stopped');
   if (failure !== undefined) throw failure;
+}
+
+/** The node agent, when the daemon can reach the Kubernetes API; `undefined` otherwise. */
+function startAgent(
+  opts: DaemonOptions,
+  installerNotReady: () => string | undefined,
+  registry: Parameters<typeof startNodeAgent>[0]['registry'],
+): NodeAgent | undefined {
+  const { settings, logger } = opts;
+  if (!opts.kubeconfigPath && !(settings.k8sServiceHost && settings.k8sServicePort)) {
+    logger.warn('no Kubernetes API configured: pods that need a decision are refused with "try again later"');
+    return undefined;
+  }
+  return startNodeAgent({
+    kube: {
+      ...(opts.kubeconfigPath ? { kubeconfigPath: opts.kubeconfigPath } : {}),
+      serviceAccountDir: settings.serviceAccountDir,
+      serviceHost: settings.k8sServiceHost,
+      servicePort: settings.k8sServicePort,
+      serviceProtocol: settings.k8sServiceProtocol,
+    },
+    nodeName: settings.k8sNodeName || settings.nodeName,
+    podNamespace: settings.podNamespace,
+    excludeNamespaces: settings.excludeNamespaces,
+    ambientEnabled: settings.ambientEnabled,
+    ambientSelectors: parseEnablementSelectors(settings.enablementSelectors),
+    nativeNftables: settings.nativeNftables,
+    ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
+    captureEnv: process.env,
+    logger: logger.with({ component: 'agent' }),
+    registry,
+    installerNotReady,
+  });
 }

@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import { readFile, stat } from 'node:fs/promises';
 import YAML from 'yaml';
 import type { Logger } from '@istio-cni/handoff';
-import { atomicWrite } from './atomicWrite.ts';
+import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
 import { recordWrite, type WriteStats } from './writeStats.ts';
 
 export interface KubeconfigInput {
@@ -73,6 +73,7 @@ export async function writeKubeconfig(o: WriteKubeconfigOptions): Promise<boolea
   const caData = o.skipTlsVerify ? undefined : await readInput('CA file', o.kubeCaFile);
   const input: KubeconfigInput = { ...o, token, ...(caData ? { caData } : {}) };
   const text = buildKubeconfig(input);
+  await removeStaleTemps(o.path);
   try {
     const [current, st] = await Promise.all([readFile(o.path, 'utf8'), stat(o.path)]);
     if (current === text && (st.mode & 0o777) === o.mode) return false;

@@ -1,0 +1,131 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile, stat, mkdir } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join, resolve } from 'node:path';
+import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { runDaemon } from '../src/daemon.ts';
+import type { Installer } from '../src/installer/installer.ts';
+import { resolveSettings } from '../src/settings/settings.ts';
+import { CNI_TESTDATA, captureLogger, scratchHost, seedOrdered, waitFor, type ScratchHost } from './testHelpers.ts';
+
+const NODE = resolve(import.meta.dirname, '../../../node_modules/.bin/node');
+const MAIN = resolve(import.meta.dirname, '../src/main.ts');
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+function env(host: ScratchHost, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    CNI_BIN_SOURCE_DIR: join(CNI_TESTDATA, 'bindir'),
+    CNI_BIN_TARGET_DIRS: host.binDir,
+    MOUNTED_CNI_NET_DIR: host.netDir,
+    SERVICE_ACCOUNT_DIR: host.saDir,
+    CNI_AGENT_RUN_DIR: host.runDir,
+    KUBERNETES_SERVICE_HOST: '10.110.0.1',
+    KUBERNETES_SERVICE_PORT: '443',
+    READINESS_PORT: '0',
+    ...extra,
+  };
+}
+
+describe('daemon', () => {
+  it('starts metrics, log sink, health and hand-off before installing; ready; cleans up on shutdown', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const before = await readFile(join(host.netDir, '00-calico.conflist'));
+    const metricsPort = await freePort();
+    const settings = resolveSettings({}, env(host, { MONITORING_PORT: String(metricsPort) }), { hostname: () => 'n' });
+    const log = captureLogger();
+    const controller = new AbortController();
+    let started: { readinessPort: number; installer: Installer } | undefined;
+    const order: string[] = [];
+    const running = runDaemon(
+      {
+        settings,
+        logger: log.logger,
+        pluginLogSink: () => undefined,
+        onStarted: (info) => {
+          started = info;
+          // The hand-off socket exists before the plugin is installed (SPEC 1.4).
+          order.push(existsSync(join(host.runDir, 'pluginevent.sock')) ? 'handoff' : 'no-handoff');
+          order.push(existsSync(join(host.binDir, 'istio-cni')) ? 'plugin' : 'no-plugin');
+        },
+      },
+      controller.signal,
+    );
+    t.after(() => controller.abort());
+    const info = await waitFor('started', () => started);
+    assert.deepEqual(order, ['handoff', 'no-plugin']);
+    const base = `http://127.0.0.1:${info.readinessPort}`;
+    assert.equal((await fetch(`${base}/healthz`)).status, 200);
+    await waitFor('readyz 200', async () => ((await fetch(`${base}/readyz`)).status === 200 ? true : undefined));
+    const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    assert.match(metrics, /^istio_cni_installs_total\{result="SUCCESS"\} 1$/m);
+    assert.match(metrics, /^istio_cni_install_ready 1$/m);
+    for (const sock of ['log.sock', 'pluginevent.sock']) assert.equal((await stat(join(host.runDir, sock))).mode & 0o777, 0o600);
+    controller.abort('SIGTERM');
+    await running;
+    assert.deepEqual(await readFile(join(host.netDir, '00-calico.conflist')), before);
+    assert.equal(existsSync(join(host.binDir, 'istio-cni')), false);
+    assert.equal(existsSync(join(host.runDir, 'istio-cni-kubeconfig')), false);
+    assert.equal(existsSync(join(host.runDir, 'log.sock')), false);
+  });
+
+  it('a fatal first pass stops the daemon after cleaning up what it installed', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const settings = resolveSettings({}, env(host, { KUBERNETES_SERVICE_HOST: '', MONITORING_PORT: '0' }), { hostname: () => 'n' });
+    await assert.rejects(runDaemon({ settings, logger: captureLogger().logger }, new AbortController().signal), /KUBERNETES_SERVICE_HOST not set/);
+    assert.equal(existsSync(join(host.binDir, 'istio-cni')), false);
+  });
+});
+
+describe('install-cni executable (from source)', () => {
+  it('install-binaries copies the plugin and exits 0', async (t) => {
+    const host = await scratchHost(t);
+    const second = join(host.root, 'bin2');
+    await mkdir(second);
+    const { stdout } = await promisify(execFile)(NODE, [MAIN, 'install-binaries', '--cni-bin-target-dirs', `${host.binDir},${second}`], {
+      env: { PATH: process.env.PATH ?? '', CNI_BIN_SOURCE_DIR: join(CNI_TESTDATA, 'bindir') },
+    });
+    assert.match(stdout, /installed binaries/);
+    for (const d of [host.binDir, second]) for (const n of ['istio-cni', 'istio-iptables']) assert.ok(existsSync(join(d, n)));
+  });
+
+  it('invalid settings stop start-up naming the setting', async () => {
+    await assert.rejects(
+      promisify(execFile)(NODE, [MAIN], { env: { PATH: process.env.PATH ?? '', MONITORING_PORT: 'many' } }),
+      (err: { code?: number; stdout?: string }) => {
+        assert.equal(err.code, 1);
+        assert.match(err.stdout ?? '', /invalid MONITORING_PORT \\"many\\"/);
+        return true;
+      },
+    );
+  });
+
+  it('SIGTERM shuts down cleanly and restores the node', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['minikube_cni.conf']);
+    const child = execFile(NODE, [MAIN], { env: { PATH: process.env.PATH ?? '', ...env(host, { MONITORING_PORT: '0' }) } });
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    t.after(() => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    await waitFor('installed', () => existsSync(join(host.netDir, '00-minikube_cni.conflist')) || undefined);
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+    assert.deepEqual(
+      await readFile(join(host.netDir, '00-minikube_cni.conf'), 'utf8'),
+      await readFile(join(CNI_TESTDATA, 'pre/minikube_cni.conf'), 'utf8'),
+    );
+    assert.equal(existsSync(join(host.netDir, '00-minikube_cni.conflist')), false);
+  });
+});

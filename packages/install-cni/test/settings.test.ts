@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { Command } from 'commander';
+import { SettingsError, registerSettingsOptions, resolveSettings, checkInstallerPaths, type ParsedOptions } from '../src/settings/index.ts';
+
+function parse(argv: string[]): ParsedOptions {
+  const cmd = registerSettingsOptions(new Command('install-cni').exitOverride());
+  cmd.parse(argv, { from: 'user' });
+  return cmd.opts();
+}
+
+const host = { hostname: () => 'node-a' };
+
+describe('settings', () => {
+  it('defaults match SPEC 5.1 and the issue table', () => {
+    const s = resolveSettings({}, {}, host);
+    assert.equal(s.cniBinSourceDir, '/opt/cni/bin');
+    assert.deepEqual(s.cniBinTargetDirs, ['/host/opt/cni/bin']);
+    assert.equal(s.mountedCniNetDir, '/host/etc/cni/net.d');
+    assert.equal(s.cniAgentRunDir, '/var/run/istio-cni');
+    assert.equal(s.serviceAccountDir, '/var/run/secrets/kubernetes.io/serviceaccount');
+    assert.equal(s.kubeCaFile, '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt');
+    assert.equal(s.hostProcDir, '/host/proc');
+    assert.equal(s.readinessPort, 8000);
+    assert.equal(s.monitoringPort, 15014);
+    assert.equal(s.chainedCniPlugin, true);
+    assert.equal(s.kubeconfigMode, 0o600);
+    assert.equal(s.istioOwnedCniConfigFilename, '02-istio-cni.conflist');
+    assert.equal(s.repair.enabled, true);
+    assert.equal(s.repair.initContainerExitCode, 126);
+    assert.equal(s.k8sNodeName, 'node-a');
+    assert.equal(s.systemNamespace, 'istio-system');
+    assert.equal(s.ambientUseScopedXtablesLocking, true);
+    assert.deepEqual(s.excludeNamespaces, []);
+    assert.deepEqual(s.logLevels, { agent: 'info', plugin: 'info' });
+  });
+
+  it('flag beats env beats default', () => {
+    const env = { CNI_CONF_NAME: 'from-env.conflist', MOUNTED_CNI_NET_DIR: '/env/net', CHAINED_CNI_PLUGIN: 'false' };
+    const s = resolveSettings(parse(['--cni-conf-name', 'from-flag.conflist', '--chained-cni-plugin']), env, host);
+    assert.equal(s.cniConfName, 'from-flag.conflist');
+    assert.equal(s.mountedCniNetDir, '/env/net');
+    assert.equal(s.chainedCniPlugin, true);
+    assert.equal(resolveSettings(parse(['--chained-cni-plugin=false']), {}, host).chainedCniPlugin, false);
+  });
+
+  it('parses lists, modes, selectors and log levels', () => {
+    const s = resolveSettings(
+      parse(['--kubeconfig-mode', '0640', '--log_output_level', 'cni-agent:debug,cni-plugin:warn']),
+      {
+        CNI_BIN_TARGET_DIRS: '/a, /b,,',
+        EXCLUDE_NAMESPACES: ' kube-system , istio-system',
+        AMBIENT_ENABLEMENT_SELECTOR: '- podSelector:\n    matchLabels: {istio.io/dataplane-mode: ambient}\n',
+      },
+      host,
+    );
+    assert.deepEqual(s.cniBinTargetDirs, ['/a', '/b']);
+    assert.deepEqual(s.excludeNamespaces, ['kube-system', 'istio-system']);
+    assert.equal(s.kubeconfigMode, 0o640);
+    assert.deepEqual(s.enablementSelectors, [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }]);
+    assert.deepEqual(s.logLevels, { agent: 'debug', plugin: 'warn' });
+    assert.equal(resolveSettings({}, { KUBECONFIG_MODE: '384' }, host).kubeconfigMode, 0o600);
+  });
+
+  it('rejects bad values with messages naming each setting', () => {
+    assert.throws(
+      () => resolveSettings({}, { CHAINED_CNI_PLUGIN: 'yes', READINESS_PORT: '70000', KUBECONFIG_MODE: 'rw', AMBIENT_ENABLEMENT_SELECTOR: 'a: [' }, host),
+      (err: unknown) => {
+        assert.ok(err instanceof SettingsError);
+        for (const name of ['CHAINED_CNI_PLUGIN "yes"', 'READINESS_PORT "70000"', 'KUBECONFIG_MODE "rw"', 'AMBIENT_ENABLEMENT_SELECTOR']) {
+          assert.ok(err.message.includes(name), `${err.message} names ${name}`);
+        }
+        return true;
+      },
+    );
+    assert.throws(() => resolveSettings({}, { CNI_CONF_NAME: '../x.conflist' }, host), /CNI_CONF_NAME/);
+  });
+
+  it('unusable directories stop start-up naming the setting', async () => {
+    await assert.rejects(
+      checkInstallerPaths({ cniBinSourceDir: '/nonexistent/src', cniBinTargetDirs: ['/nonexistent/bin'], mountedCniNetDir: '/etc/hostname' }),
+      (err: unknown) => {
+        const m = (err as Error).message;
+        assert.match(m, /CNI_BIN_SOURCE_DIR "\/nonexistent\/src": does not exist/);
+        assert.match(m, /CNI_BIN_TARGET_DIRS "\/nonexistent\/bin"/);
+        assert.match(m, /MOUNTED_CNI_NET_DIR "\/etc\/hostname": not a directory/);
+        return true;
+      },
+    );
+  });
+});
