@@ -36,3 +36,5 @@ bench: build
 
 clean:
 	rm -rf dist build
+
+include mk/e2e.mk

@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { SUPPORTED_VERSIONS } from '@istio-cni/cni';
 import { PLUGIN, makeHostRoot, startDaemon, type DaemonProcess, type HostRoot } from '../support/daemonProcess.ts';
 import { execPlugin, type ExecResult } from '../support/execPlugin.ts';
+import { startFakeKubeApi, type FakeKubeApi } from '../support/fakeKubeApi.ts';
 import { addNetns, isRoot, type NamedNetns } from '../support/netns.ts';
 import { REFERENCE_MAX_VERSION, attachPrimary, type PrimaryKind } from '../support/referencePlugins.ts';
 import { malformedCorpus } from '../../packages/cni/test/malformedCorpus.ts';
@@ -67,13 +68,20 @@ function assertStderrIsJsonLines(res: ExecResult): void {
 
 let root: HostRoot;
 let daemon: DaemonProcess;
+let api: FakeKubeApi;
 
 before(async () => {
   root = makeHostRoot();
-  daemon = await startDaemon(root);
+  api = await startFakeKubeApi();
+  api.upsertNamespace({ metadata: { name: 'default' } });
+  api.upsertPod({ metadata: { name: 'web-0', namespace: 'default' }, spec: { nodeName: 'test-node', containers: [{ name: 'app' }] } });
+  const kubeconfig = join(root.dir, 'agent-kubeconfig');
+  api.writeKubeconfig(kubeconfig);
+  daemon = await startDaemon(root, { KUBECONFIG: kubeconfig });
 });
 after(async () => {
   await daemon?.stop();
+  await api?.close();
   root?.remove();
 });
 

@@ -9,6 +9,16 @@ export const DIST = join(REPO_ROOT, 'dist');
 export const PLUGIN = join(DIST, 'istio-cni');
 export const DAEMON = join(DIST, 'install-cni');
 
+/** The node's primary network before istio-cni is chained in (Debian's reference plugins). */
+export const PRIMARY_CONFLIST = {
+  cniVersion: '1.0.0',
+  name: 'k8s-pod-network',
+  plugins: [
+    { type: 'bridge', bridge: 'cni0', isGateway: true, ipMasq: false, ipam: { type: 'host-local', subnet: '10.244.0.0/24' } },
+    { type: 'portmap', capabilities: { portMappings: true } },
+  ],
+};
+
 /** A scratch "host root": the directories the DaemonSet mounts from the node, in a temp dir. */
 export interface HostRoot {
   dir: string;
@@ -36,6 +46,7 @@ export function makeHostRoot(): HostRoot {
   writeFileSync(join(root.serviceAccountDir, 'token'), 'test-token');
   writeFileSync(join(root.serviceAccountDir, 'ca.crt'), '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n');
   writeFileSync(join(root.serviceAccountDir, 'namespace'), 'istio-system');
+  writeFileSync(join(root.netDir, '10-primary.conflist'), JSON.stringify(PRIMARY_CONFLIST, null, 2));
   return root;
 }
 
@@ -60,8 +71,23 @@ export interface DaemonProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Starts `dist/install-cni` against a scratch host root; no Kubernetes API features enabled. */
-export async function startDaemon(root: HostRoot, extraEnv: Record<string, string> = {}): Promise<DaemonProcess> {
+async function waitForReadyz(port: number, daemon: DaemonProcess, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const status = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) }).then((r) => r.status, () => 0);
+    if (status === 200) return;
+    if (Date.now() > deadline || daemon.child.exitCode !== null) {
+      throw new Error(`daemon not ready within ${timeoutMs} ms (last /readyz ${status}):\n${daemon.lines.join('\n')}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Starts `dist/install-cni` against a scratch host root. Without a KUBECONFIG in `extraEnv` the
+ * agent has no API access. Resolves once `/readyz` answers 200 (unless `waitReady` is false).
+ */
+export async function startDaemon(root: HostRoot, extraEnv: Record<string, string> = {}, waitReady = true): Promise<DaemonProcess> {
   const readinessPort = await freePort();
   const monitoringPort = await freePort();
   const child = spawn(DAEMON, [], {
@@ -154,5 +180,6 @@ export async function startDaemon(root: HostRoot, extraEnv: Record<string, strin
     },
   };
   await daemon.waitForLog((e) => e.msg === 'hand-off server listening');
+  if (waitReady) await waitForReadyz(readinessPort, daemon);
   return daemon;
 }

@@ -59,7 +59,8 @@ export function postJson(
     );
     socket.on('connect', () => {
       connected = true;
-      socket.end(Buffer.concat([Buffer.from(head), payload]));
+      // No half-close: node:http servers drop a request whose client already sent FIN.
+      socket.write(Buffer.concat([Buffer.from(head), payload]));
     });
     socket.on('data', (chunk: Buffer) => {
       size += chunk.length;

@@ -1,6 +1,7 @@
 import { Command } from 'commander';
 import { VERSION } from '@istio-cni/handoff';
 import { installBinariesCommand } from './commands/installBinaries.ts';
+import { istioIptablesCommand } from './commands/istioIptables.ts';
 import { runDaemon } from './daemon.ts';
 import { createDaemonLogger } from './log.ts';
 import { registerSettingsOptions, resolveSettings, type ParsedOptions } from './settings/settings.ts';
@@ -25,12 +26,21 @@ const program = new Command('install-cni')
 registerSettingsOptions(program).action(async (opts: ParsedOptions) => {
   const settings = resolveSettings(opts, process.env);
   const logger = createDaemonLogger(settings.logLevels.agent);
-  await runDaemon({ settings, logger }, shutdownSignal());
+  await runDaemon(
+    { settings, logger, ...(process.env.KUBECONFIG ? { kubeconfigPath: process.env.KUBECONFIG } : {}) },
+    shutdownSignal(),
+  );
 });
 
 program.addCommand(installBinariesCommand(() => createDaemonLogger()));
+program.addCommand(istioIptablesCommand());
 
-program.parseAsync(process.argv).catch((err: unknown) => {
-  createDaemonLogger().error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });
-  process.exitCode = 1;
-});
+// Exit explicitly once the command is done: long-lived handles (API watches, timers) must not
+// keep a stopped daemon alive past its shutdown.
+program.parseAsync(process.argv).then(
+  () => process.exit(process.exitCode ?? 0),
+  (err: unknown) => {
+    createDaemonLogger().error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });
+    process.exit(1);
+  },
+);
