@@ -10,6 +10,11 @@ import { isJsonObject, parseJson, type JsonObject, type JsonValue } from './cniJ
  */
 export const CONFIG_EXTENSIONS = ['.conf', '.conflist', '.json'] as const;
 
+/** A name the runtime would load as a CNI config. */
+export function isConfigFileName(name: string): boolean {
+  return (CONFIG_EXTENSIONS as readonly string[]).includes(extname(name));
+}
+
 export function isListFile(name: string): boolean {
   return name.endsWith('.conflist');
 }
@@ -77,7 +82,7 @@ function byteOrder(a: string, b: string): number {
 export async function listConfigFiles(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true });
   return entries
-    .filter((e) => !e.isDirectory() && (CONFIG_EXTENSIONS as readonly string[]).includes(extname(e.name)))
+    .filter((e) => !e.isDirectory() && isConfigFileName(e.name))
     .map((e) => e.name)
     .sort(byteOrder);
 }

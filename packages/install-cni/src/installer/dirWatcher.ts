@@ -4,6 +4,8 @@ export interface WatchTarget {
   dir: string;
   /** Only events for these names count; undefined = any entry of the directory. */
   names?: ReadonlySet<string>;
+  /** Only events for names passing this test count. */
+  accept?: (name: string) => boolean;
 }
 
 const MISSING_DIR_POLL_MS = 1000;
@@ -36,7 +38,9 @@ export class DirWatcher {
     }
     try {
       const w = watch(t.dir, { persistent: false }, (_event, name) => {
-        if (t.names === undefined || name === null || t.names.has(String(name))) this.#fire();
+        if (name === null) return this.#fire();
+        const n = String(name);
+        if ((t.names === undefined || t.names.has(n)) && (t.accept === undefined || t.accept(n))) this.#fire();
       });
       w.on('error', () => this.#fire());
       this.#watchers.push(w);

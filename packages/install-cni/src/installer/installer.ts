@@ -3,6 +3,7 @@ import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
 import type { Settings } from '../settings/settings.ts';
 import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
 import { cleanupInstall, type CleanupReport } from './cleanupInstall.ts';
+import { isConfigFileName } from './cniConfigFiles.ts';
 import { cniConfigSettings, type CniConfigSettings } from './cniConfigSettings.ts';
 import { copyBinaries, type VerifiedCopies } from './copyBinaries.ts';
 import { DirWatcher, type WatchTarget } from './dirWatcher.ts';
@@ -188,7 +189,9 @@ export class Installer {
     const bins = this.#installedBins ?? new Set<string>();
     return [
       ...s.cniBinTargetDirs.map((dir) => ({ dir, names: bins })),
-      { dir: s.mountedCniNetDir },
+      // Only files the runtime loads: another writer's temp file appearing is not a change yet
+      // (reacting to it would run a pass before its rename lands).
+      { dir: s.mountedCniNetDir, accept: isConfigFileName },
       { dir: s.cniAgentRunDir, names: new Set([basename(this.kubeconfigPath)]) },
     ];
   }
