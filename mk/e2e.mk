@@ -3,7 +3,7 @@
 # from package registries into the git-ignored .e2e-cache/; only the first run pays.
 E2E_TESTS := test/e2e/*.test.ts
 
-.PHONY: e2e-rig e2e
+.PHONY: e2e-rig e2e manifests
 
 e2e-rig:
 	bash test/e2e/rig/build.sh
@@ -11,3 +11,7 @@ e2e-rig:
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
 e2e: e2e-rig build
 	$(NODE) --test --test-reporter=spec --test-concurrency=1 $(E2E_TESTS)
+
+# Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm.
+manifests: e2e-rig
+	$(NODE) test/e2e/support/writeDefaultManifest.ts

@@ -1,0 +1,171 @@
+// The Helm chart (manifests/charts/istio-cni) rendered with the rig's helm: the checked-in default
+// rendering is current, RBAC follows the enabled features, profiles and user values merge in order.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { describe, test } from 'node:test';
+import { DEFAULT_MANIFEST, findObject, parseManifest, renderChart, type KubeObject } from './support/chart.ts';
+import { CommandError } from './support/runCommand.ts';
+
+interface PolicyRule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+  resourceNames?: string[];
+}
+
+async function render(...set: string[]): Promise<KubeObject[]> {
+  return parseManifest(await renderChart({ set }));
+}
+
+/** Every `group/resource verb` the rendering's ClusterRoles grant (with `:name` when restricted). */
+function grants(objects: readonly KubeObject[]): string[] {
+  const out = new Set<string>();
+  for (const role of objects.filter((o) => o.kind === 'ClusterRole')) {
+    for (const rule of role.rules as PolicyRule[]) {
+      for (const group of rule.apiGroups) {
+        for (const resource of rule.resources) {
+          for (const verb of rule.verbs) {
+            const names = rule.resourceNames?.length ? `:${rule.resourceNames.join(',')}` : '';
+            out.add(`${group || 'core'}/${resource}${names} ${verb}`);
+          }
+        }
+      }
+    }
+  }
+  return [...out].sort();
+}
+
+function daemonSetContainer(objects: readonly KubeObject[]): Record<string, unknown> {
+  const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+    spec: { template: { spec: { containers: Record<string, unknown>[] } } };
+  };
+  const container = ds.spec.template.spec.containers.find((c) => c.name === 'install-cni');
+  assert.ok(container, 'the DaemonSet runs an install-cni container');
+  return container;
+}
+
+function hostPaths(objects: readonly KubeObject[]): Record<string, string> {
+  const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+    spec: { template: { spec: { volumes: { name: string; hostPath?: { path: string } }[] } } };
+  };
+  return Object.fromEntries(ds.spec.template.spec.volumes.map((v) => [v.name, v.hostPath?.path ?? '']));
+}
+
+function configData(objects: readonly KubeObject[]): Record<string, string> {
+  return findObject(objects, 'ConfigMap', 'istio-cni-config').data as Record<string, string>;
+}
+
+describe('istio-cni Helm chart', () => {
+  test('manifests/istio-cni.yaml is the current default rendering (run `make manifests`)', async () => {
+    assert.equal(readFileSync(DEFAULT_MANIFEST, 'utf8'), await renderChart());
+  });
+
+  test('the default rendering: ServiceAccount, ConfigMap, base and repair RBAC, DaemonSet', async () => {
+    const objects = await render();
+    assert.deepEqual(
+      objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(),
+      [
+        'ClusterRole/istio-cni',
+        'ClusterRole/istio-cni-repair-role',
+        'ClusterRoleBinding/istio-cni',
+        'ClusterRoleBinding/istio-cni-repair-rolebinding',
+        'ConfigMap/istio-cni-config',
+        'DaemonSet/istio-cni-node',
+        'ServiceAccount/istio-cni',
+      ],
+    );
+    assert.deepEqual(grants(objects), [
+      'core/events create',
+      'core/events patch',
+      'core/namespaces get',
+      'core/namespaces list',
+      'core/namespaces watch',
+      'core/pods get',
+      'core/pods list',
+      'core/pods watch',
+    ]);
+    for (const binding of objects.filter((o) => o.kind === 'ClusterRoleBinding')) {
+      assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'istio-cni', namespace: 'istio-system' }]);
+    }
+    const container = daemonSetContainer(objects);
+    const security = container.securityContext as { privileged: boolean; capabilities: { drop: string[]; add: string[] } };
+    assert.equal(security.privileged, false);
+    assert.deepEqual(security.capabilities.drop, ['ALL']);
+    assert.deepEqual(security.capabilities.add, ['NET_ADMIN', 'NET_RAW', 'SYS_PTRACE', 'SYS_ADMIN', 'DAC_OVERRIDE']);
+    assert.deepEqual(container.readinessProbe, { httpGet: { path: '/readyz', port: 8000 } });
+    assert.deepEqual(hostPaths(objects), {
+      'cni-bin-dir': '/opt/cni/bin',
+      'cni-net-dir': '/etc/cni/net.d',
+      'cni-socket-dir': '/var/run/istio-cni',
+      'cni-host-procfs': '/proc',
+    });
+    const env = container.env as { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
+    assert.equal(env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
+    assert.equal(env.find((e) => e.name === 'POD_NAMESPACE')?.valueFrom?.fieldRef?.fieldPath, 'metadata.namespace');
+    const data = configData(objects);
+    assert.equal(data.EXCLUDE_NAMESPACES, 'kube-system');
+    assert.equal(data.CHAINED_CNI_PLUGIN, 'true');
+    assert.equal(data.ISTIO_OWNED_CNI_CONFIG_FILENAME, undefined);
+  });
+
+  test('each feature adds only its own permissions', async () => {
+    const base = grants(await render('repair.enabled=false'));
+    assert.deepEqual(base, ['core/namespaces get', 'core/namespaces list', 'core/namespaces watch', 'core/pods get', 'core/pods list', 'core/pods watch']);
+    const added = async (...set: string[]) => grants(await render('repair.enabled=false', ...set)).filter((g) => !base.includes(g));
+    assert.deepEqual(await added('taint.enabled=true'), ['core/nodes get', 'core/nodes patch']);
+    assert.deepEqual(await added('ambient.enabled=true'), ['apps/daemonsets:istio-cni-node get', 'core/pods/status patch', 'core/pods/status update']);
+    assert.deepEqual(await added('global.platform=openshift'), ['security.openshift.io/securitycontextconstraints:privileged use']);
+    const repair = (...set: string[]) => render(...set).then(grants);
+    assert.ok(!(await repair()).includes('core/pods delete'), 'repairPods (the default) deletes nothing');
+    assert.ok((await repair('repair.repairPods=false', 'repair.deletePods=true')).includes('core/pods delete'));
+    const label = await repair('repair.repairPods=false', 'repair.labelPods=true');
+    assert.ok(label.includes('core/pods/status patch') && !label.includes('core/pods delete'));
+    const taint = await render('taint.enabled=true');
+    assert.ok(taint.some((o) => o.kind === 'ClusterRoleBinding' && (o.roleRef as { name: string }).name === 'istio-cni-taint'));
+  });
+
+  test('the ConfigMap names the owned-config setting the daemon reads', async () => {
+    const data = configData(await render('istioOwnedCNIConfig=true'));
+    assert.equal(data.ISTIO_OWNED_CNI_CONFIG, 'true');
+    assert.equal(data.ISTIO_OWNED_CNI_CONFIG_FILENAME, '02-istio-cni.conflist');
+    assert.equal(data.ISTIO_OWNED_CNI_CONF_FILENAME, undefined);
+    const named = configData(await render('istioOwnedCNIConfig=true', 'istioOwnedCNIConfigFileName=01-mine.conflist', 'cniConfFileName=10-x.conflist', 'env.FOO=bar'));
+    assert.equal(named.ISTIO_OWNED_CNI_CONFIG_FILENAME, '01-mine.conflist');
+    assert.equal(named.CNI_CONF_NAME, '10-x.conflist');
+    assert.equal(named.FOO, 'bar');
+  });
+
+  test('platform profiles set host paths; user values win over profiles', async () => {
+    const k3s = hostPaths(await render('global.platform=k3s'));
+    assert.equal(k3s['cni-net-dir'], '/var/lib/rancher/k3s/agent/etc/cni/net.d');
+    assert.equal(k3s['cni-bin-dir'], '/var/lib/rancher/k3s/data/cni');
+    assert.equal(hostPaths(await render('global.platform=gke'))['cni-bin-dir'], '/home/kubernetes/bin');
+    assert.ok((await render('global.platform=gke')).some((o) => o.kind === 'ResourceQuota'));
+    const openshift = await render('global.platform=openshift');
+    assert.equal(configData(openshift).CHAINED_CNI_PLUGIN, 'false');
+    assert.equal(configData(openshift).CNI_CONF_NAME, 'istio-cni.conf');
+    assert.ok(openshift.some((o) => o.kind === 'NetworkAttachmentDefinition'));
+    assert.equal(configData(await render('global.platform=openshift', 'chained=true')).CHAINED_CNI_PLUGIN, 'true');
+    assert.equal(hostPaths(await render('global.platform=k3s', 'cniConfDir=/custom'))['cni-net-dir'], '/custom');
+    const ambient = await render('profile=ambient');
+    assert.equal(configData(ambient).AMBIENT_ENABLED, 'true');
+    assert.equal(hostPaths(ambient)['cni-netns-dir'], '/var/run/netns');
+  });
+
+  test('an unknown platform is refused, naming it', async () => {
+    await assert.rejects(renderChart({ set: ['global.platform=nosuch'] }), (err: unknown) => {
+      assert.ok(err instanceof CommandError);
+      assert.match(err.stderr, /unknown global.platform "nosuch"/);
+      return true;
+    });
+  });
+
+  test('installBinariesInitContainer runs `install-cni install-binaries` into the host bin dir', async () => {
+    const ds = findObject(await render('installBinariesInitContainer.enabled=true'), 'DaemonSet', 'istio-cni-node') as unknown as {
+      spec: { template: { spec: { initContainers: { command: string[]; volumeMounts: { name: string; mountPath: string }[] }[] } } };
+    };
+    const init = ds.spec.template.spec.initContainers[0];
+    assert.deepEqual(init?.command, ['install-cni', 'install-binaries']);
+    assert.deepEqual(init?.volumeMounts, [{ name: 'cni-bin-dir', mountPath: '/host/opt/cni/bin' }]);
+  });
+});

@@ -1,0 +1,73 @@
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import type { KubeClient } from './kubeClient.ts';
+import { REPO_ROOT, rigBinary } from './rigPaths.ts';
+import { runCommand } from './runCommand.ts';
+
+export const CHART_DIR = join(REPO_ROOT, 'manifests/charts/istio-cni');
+/** The default rendering, for `kubectl apply`; `make manifests` rewrites it. */
+export const DEFAULT_MANIFEST = join(REPO_ROOT, 'manifests/istio-cni.yaml');
+export const RELEASE_NAME = 'istio-cni';
+export const RELEASE_NAMESPACE = 'istio-system';
+
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; [key: string]: unknown };
+  [key: string]: unknown;
+}
+
+/** `helm template` of the chart with the rig's helm; `set` entries are `key=value` for `--set`. */
+export async function renderChart(options: { set?: readonly string[]; namespace?: string } = {}): Promise<string> {
+  const argv = [rigBinary('helm'), 'template', RELEASE_NAME, CHART_DIR, '--namespace', options.namespace ?? RELEASE_NAMESPACE];
+  for (const s of options.set ?? []) argv.push('--set', s);
+  // helm wants somewhere to keep its (unused) repository config; keep it out of $HOME.
+  const env = { ...process.env, HELM_CACHE_HOME: '/tmp/istio-cni-e2e-helm/cache', HELM_CONFIG_HOME: '/tmp/istio-cni-e2e-helm/config', HELM_DATA_HOME: '/tmp/istio-cni-e2e-helm/data' };
+  return (await runCommand(argv, { env })).stdout;
+}
+
+/** The objects of a multi-document manifest, empty documents dropped. */
+export function parseManifest(text: string): KubeObject[] {
+  const objects: KubeObject[] = [];
+  for (const doc of parseAllDocuments(text)) {
+    if (doc.errors.length > 0) throw new Error(`manifest does not parse: ${doc.errors[0]?.message}`);
+    const value: unknown = doc.toJS();
+    if (value === null || value === undefined) continue;
+    const obj = value as KubeObject;
+    if (typeof obj.kind !== 'string' || typeof obj.apiVersion !== 'string' || typeof obj.metadata?.name !== 'string') {
+      throw new Error(`manifest document is not a Kubernetes object: ${JSON.stringify(value).slice(0, 200)}`);
+    }
+    objects.push(obj);
+  }
+  return objects;
+}
+
+const CLUSTER_SCOPED = new Set(['Namespace', 'Node', 'ClusterRole', 'ClusterRoleBinding', 'PriorityClass', 'CustomResourceDefinition']);
+
+/** The collection URL of an object: `/api/v1/namespaces/x/configmaps`, `/apis/rbac.authorization.k8s.io/v1/clusterroles`. */
+export function collectionPath(obj: KubeObject, defaultNamespace: string = RELEASE_NAMESPACE): string {
+  const group = obj.apiVersion.includes('/') ? `/apis/${obj.apiVersion}` : `/api/${obj.apiVersion}`;
+  const lower = obj.kind.toLowerCase();
+  const plural = lower.endsWith('y') ? `${lower.slice(0, -1)}ies` : lower.endsWith('s') ? `${lower}es` : `${lower}s`;
+  if (CLUSTER_SCOPED.has(obj.kind)) return `${group}/${plural}`;
+  return `${group}/namespaces/${obj.metadata.namespace ?? defaultNamespace}/${plural}`;
+}
+
+/** Creates every object (replacing any with the same name), the way `kubectl apply` would on a fresh cluster. */
+export async function applyObjects(api: KubeClient, objects: readonly KubeObject[]): Promise<void> {
+  for (const obj of objects) {
+    const collection = collectionPath(obj);
+    const res = await api.request('POST', collection, obj);
+    if (res.status === 409) {
+      await api.must('PUT', `${collection}/${obj.metadata.name}`, obj);
+    } else if (res.status !== 201) {
+      throw new Error(`creating ${obj.kind} ${obj.metadata.name} answered ${res.status}: ${res.text}`);
+    }
+  }
+}
+
+export function findObject(objects: readonly KubeObject[], kind: string, name: string): KubeObject {
+  const found = objects.find((o) => o.kind === kind && o.metadata.name === name);
+  if (found === undefined) throw new Error(`the rendering has no ${kind} ${name}`);
+  return found;
+}
