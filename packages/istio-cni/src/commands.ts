@@ -110,7 +110,9 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
       }
       try {
         const verdict = await askAgent(deps.agentFor(config), handoffRequest('ADD', args, conf, k8s));
-        log.info('pod handled by agent', { verdict: verdict.verdict, reason: verdict.reason });
+        // The agent logs the decision with the pod's name; repeating it here would cost every ADD a
+        // second round trip (the log sink) for nothing.
+        log.debug('pod handled by agent', { verdict: verdict.verdict, reason: verdict.reason });
       } catch (err) {
         if (!(err instanceof AgentUnreachableError)) throw err;
         if (!deps.degraded) {
