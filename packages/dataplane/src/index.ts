@@ -66,3 +66,4 @@ export {
 } from './applySidecarCapture.ts';
 export { planSidecarCapture, type PlanSidecarCaptureOptions } from './planSidecarCapture.ts';
 export { createSidecarCaptureManager, type SidecarCaptureManager, type SidecarCaptureManagerOptions } from './sidecarCaptureManager.ts';
+export * from './ambient/index.ts';

@@ -1,0 +1,132 @@
+import type { NetnsHandle } from './netnsHandle.ts';
+import { parseProcCgroup, parseProcStarttime, podIdentityFromCgroups } from './parseProcCgroup.ts';
+import type { ProcFs } from './procFs.ts';
+
+/** What the dataplane needs to know about an ambient pod. */
+export interface AmbientPod {
+  uid: string;
+  name: string;
+  namespace: string;
+  serviceAccount: string;
+  /** Status IPs (`status.podIPs`, else `status.podIP`); empty while the pod has none yet. */
+  ips: readonly string[];
+}
+
+/** Does an interface inside `netns` carry one of `podIps`? Rejects when it cannot tell. */
+export type NetnsOwnershipCheck = (netns: NetnsHandle, podIps: readonly string[]) => Promise<boolean>;
+
+export type ScanLog = (level: 'debug' | 'warn', message: string) => void;
+
+export interface PodNetnsProcFinderOptions {
+  procFs: ProcFs;
+  checkOwnership: NetnsOwnershipCheck;
+  log?: ScanLog;
+}
+
+export interface FoundPodNetns {
+  pod: AmbientPod;
+  /** Owned by the caller from here on. */
+  netns: NetnsHandle;
+}
+
+export interface PodNetnsProcFinder {
+  /**
+   * Pairs each wanted pod (by UID) with the netns of its oldest process. The caller owns the
+   * returned handles; every other handle opened during the scan is closed by the scan.
+   */
+  findNetnsForPods(pods: ReadonlyMap<string, AmbientPod>): Promise<Map<string, FoundPodNetns>>;
+}
+
+/**
+ * SPEC 4.3 "From procfs". The host netns identity is read once here, from `1/ns/net`; any process
+ * found in it is ignored, so a pod whose cgroup points at a host-netns process can never get the
+ * host's namespace (istio issue 55139).
+ */
+export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOptions): Promise<PodNetnsProcFinder> {
+  const { procFs, checkOwnership } = options;
+  const log: ScanLog = options.log ?? (() => {});
+  const host = await procFs.stat('1/ns/net');
+
+  async function processEntry(pid: string, observed: Set<number>, pods: ReadonlyMap<string, AmbientPod>): Promise<FoundPodNetns | undefined> {
+    const netnsPath = `${pid}/ns/net`;
+    const netnsStat = await procFs.stat(netnsPath);
+    // Read before the host check, as upstream does: several processes of one pod may sit in
+    // different namespaces and the oldest wins.
+    const ownerStartTime = parseProcStarttime(await procFs.readFile(`${pid}/stat`));
+    if (netnsStat.ino === host.ino && netnsStat.dev === host.dev) {
+      log('debug', `pid ${pid}: ignoring the host netns`);
+      return undefined;
+    }
+    if (observed.has(netnsStat.ino)) return undefined;
+    let cgroupText: string;
+    try {
+      cgroupText = await procFs.readFile(`${pid}/cgroup`);
+    } catch {
+      return undefined;
+    }
+    const { podUid } = podIdentityFromCgroups(parseProcCgroup(cgroupText));
+    const pod = pods.get(podUid);
+    if (pod === undefined) return undefined;
+    if (pod.ips.length === 0) {
+      // Nothing to verify ownership against; CNI ADD or a later scan will enrol it.
+      log('debug', `pid ${pid}: pod ${pod.namespace}/${pod.name} has no IPs yet; cannot verify netns ownership, not enrolling on this scan`);
+      return undefined;
+    }
+    const netns = await procFs.openNetns(netnsPath, { ownerStartTime });
+    if (netns.inode === host.ino) {
+      // The pid was reused by a host-netns process between the stat and the open.
+      netns.close();
+      return undefined;
+    }
+    let owned = false;
+    try {
+      owned = await checkOwnership(netns, pod.ips);
+      if (!owned) {
+        log('warn', `pid ${pid}: netns does not contain any IP of pod ${pod.namespace}/${pod.name}; refusing the pairing, a foreign process may be transiting another pod's netns`);
+      }
+    } catch (err) {
+      log('warn', `pid ${pid}: could not verify netns ownership for pod ${pod.namespace}/${pod.name}: ${(err as Error).message}`);
+    }
+    if (!owned) {
+      // Not marked observed: the netns's rightful pod, scanned later, can still claim it.
+      netns.close();
+      return undefined;
+    }
+    observed.add(netnsStat.ino);
+    return { pod, netns };
+  }
+
+  return {
+    async findNetnsForPods(pods) {
+      const found = new Map<string, FoundPodNetns>();
+      const observed = new Set<number>();
+      const pids = (await procFs.readDir())
+        .filter((e) => e.isDirectory && /^\d+$/.test(e.name))
+        .map((e) => e.name)
+        .sort((a, b) => Number(a) - Number(b));
+      for (const pid of pids) {
+        let candidate: FoundPodNetns | undefined;
+        try {
+          candidate = await processEntry(pid, observed, pods);
+        } catch (err) {
+          // Processes come and go during the scan; one bad entry must not stop the others.
+          log('debug', `pid ${pid}: skipped: ${(err as Error).message}`);
+          continue;
+        }
+        if (candidate === undefined) continue;
+        const uid = candidate.pod.uid;
+        const existing = found.get(uid);
+        if (existing !== undefined) {
+          log('warn', `found more than one netns for pod ${uid}; using the oldest process's`);
+          if ((existing.netns.ownerStartTime ?? 0) < (candidate.netns.ownerStartTime ?? 0)) {
+            candidate.netns.close();
+            continue;
+          }
+          existing.netns.close();
+        }
+        found.set(uid, candidate);
+      }
+      return found;
+    },
+  };
+}

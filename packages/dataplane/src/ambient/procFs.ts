@@ -1,0 +1,39 @@
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type NetnsHandle, openNetnsHandle } from './netnsHandle.ts';
+
+export interface ProcFsEntry {
+  name: string;
+  isDirectory: boolean;
+}
+
+/**
+ * The few operations the netns scan needs on a procfs root (`/proc`, or `/host/proc` in the
+ * agent's container). Paths are relative to the root. Tests supply an in-memory version.
+ */
+export interface ProcFs {
+  readDir(): Promise<ProcFsEntry[]>;
+  /** Identity of the file a path resolves to (`<pid>/ns/net` follows the namespace link). */
+  stat(path: string): Promise<{ ino: number; dev: number }>;
+  readFile(path: string): Promise<string>;
+  /** Opens a namespace file; the caller owns the returned handle. */
+  openNetns(path: string, options?: { ownerStartTime?: number }): Promise<NetnsHandle>;
+}
+
+/** The real procfs under `root` (default `/proc`). */
+export function createProcFs(root = '/proc'): ProcFs {
+  return {
+    async readDir() {
+      const entries = await readdir(root, { withFileTypes: true });
+      return entries.map((e) => ({ name: e.name, isDirectory: e.isDirectory() }));
+    },
+    async stat(path) {
+      const s = await stat(join(root, path));
+      return { ino: s.ino, dev: s.dev };
+    },
+    readFile: (path) => readFile(join(root, path), 'utf8'),
+    async openNetns(path, options = {}) {
+      return openNetnsHandle(join(root, path), options);
+    },
+  };
+}
