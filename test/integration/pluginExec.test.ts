@@ -77,7 +77,7 @@ before(async () => {
   api.upsertPod({ metadata: { name: 'web-0', namespace: 'default' }, spec: { nodeName: 'test-node', containers: [{ name: 'app' }] } });
   const kubeconfig = join(root.dir, 'agent-kubeconfig');
   api.writeKubeconfig(kubeconfig);
-  daemon = await startDaemon(root, { KUBECONFIG: kubeconfig });
+  daemon = await startDaemon(root, { KUBECONFIG: kubeconfig }, true, ['--log_output_level=cni-plugin:debug']);
 });
 after(async () => {
   await daemon?.stop();
@@ -136,11 +136,17 @@ describe('istio-cni with the agent running (every command × version)', () => {
     }
   }
 
-  it('forwards its log lines to the agent log sink only as a copy of stderr', async () => {
-    const res = await execPlugin(PLUGIN, env('ADD'), JSON.stringify(istioConf('1.1.0', root.runDir)));
+  it('logs JSON to stderr only and forwards the same lines to the agent log sink', async () => {
+    const res = await execPlugin(PLUGIN, { ...env('ADD'), CNI_CONTAINERID: 'logfwd' }, JSON.stringify(istioConf('1.1.0', root.runDir)));
     assert.equal(res.code, 0);
-    assert.match(res.stderr, /"scope":"cni-plugin"/);
+    const line = res.stderr.split('\n').find((l) => l.includes('pod handled by agent'));
+    assert.ok(line, `no hand-off line on stderr: ${res.stderr}`);
     assert.doesNotMatch(res.stdout, /cni-plugin/);
+    const sent = JSON.parse(line) as { time: string; pod: string };
+    // The daemon re-emits the plugin's line in its own log with the original time and fields.
+    const echoed = await daemon.waitForLog((e) => e.msg === 'pod handled by agent' && e.containerID === 'logfwd');
+    assert.equal(echoed.time, sent.time);
+    assert.equal(echoed.pod, 'default/web-0');
   });
 });
 
