@@ -1,0 +1,132 @@
+import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
+import { createInterface } from 'node:readline';
+import { plainPod, sidecarPod } from '../../support/meshPods.ts';
+import type { Cluster } from './cluster.ts';
+import type { Containerd } from './containerd.ts';
+import { runCommand } from './runCommand.ts';
+
+export type PodKind = 'sidecar' | 'plain';
+
+export interface StartedPod {
+  namespace: string;
+  name: string;
+  uid: string;
+  sandboxId: string;
+  ip: string;
+  netnsPath: string;
+}
+
+/** Creates the pod object in the API (bound to nodeName, as the scheduler would) and returns its uid. */
+export async function createPodObject(cluster: Cluster, kind: PodKind, namespace: string, name: string, nodeName: string): Promise<string> {
+  const template = kind === 'sidecar' ? sidecarPod(namespace, name, nodeName) : plainPod(namespace, name, nodeName);
+  const pod = await cluster.api.must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${namespace}/pods`, {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    ...template,
+    status: undefined,
+  });
+  return pod.metadata.uid;
+}
+
+/** What kubelet does next: RunPodSandbox through CRI, which makes containerd run the CNI chain. */
+export async function runPod(containerd: Containerd, namespace: string, name: string, uid: string): Promise<StartedPod> {
+  const sandboxId = await containerd.runPodSandbox({ metadata: { name, namespace, uid }, hostname: name });
+  const { status, info } = await containerd.inspectPodSandbox(sandboxId);
+  const spec = info.runtimeSpec as { linux: { namespaces: { type: string; path?: string }[] } };
+  const netnsPath = spec.linux.namespaces.find((n) => n.type === 'network')?.path ?? '';
+  if (netnsPath === '') throw new Error(`sandbox ${sandboxId} has no network namespace path`);
+  return { namespace, name, uid, sandboxId, ip: status.network?.ip ?? '', netnsPath };
+}
+
+export async function createAndRunPod(
+  cluster: Cluster,
+  containerd: Containerd,
+  kind: PodKind,
+  namespace: string,
+  name: string,
+  nodeName: string,
+): Promise<StartedPod> {
+  const uid = await createPodObject(cluster, kind, namespace, name, nodeName);
+  return runPod(containerd, namespace, name, uid);
+}
+
+export async function removePod(containerd: Containerd, pod: StartedPod): Promise<void> {
+  await containerd.stopPodSandbox(pod.sandboxId);
+  await containerd.removePodSandbox(pod.sandboxId);
+}
+
+/** iptables (both backends) and nft rules inside the pod's netns. */
+export async function podRules(netnsPath: string): Promise<string> {
+  const out: string[] = [];
+  for (const argv of [['iptables-legacy-save'], ['iptables-nft-save'], ['nft', 'list', 'ruleset']]) {
+    const { stdout } = await runCommand(['nsenter', `--net=${netnsPath}`, '--', ...argv], { allowFailure: true });
+    out.push(stdout);
+  }
+  return out.join('\n');
+}
+
+export function hasSidecarCapture(rules: string): boolean {
+  return /ISTIO_OUTPUT/.test(rules) && /ISTIO_INBOUND/.test(rules) && /ISTIO_REDIRECT/.test(rules);
+}
+
+export interface TrafficProbe {
+  /** What an outbound connection from the pod to 10.96.0.99:80 (no such service) reached. */
+  outbound: string;
+  /** What a connection from the host to podIp:8080 (nothing listens there) reached. */
+  inbound: string;
+}
+
+// Runs inside the pod's netns: Envoy's two capture ports answer with their own port, then one
+// outbound connection to an address nobody serves is tried.
+const PROBE_SCRIPT = `
+const net = require('node:net');
+const serve = (port) => new Promise((ok) => net.createServer((s) => s.end('port ' + port)).listen(port, '0.0.0.0', ok));
+Promise.all([serve(15001), serve(15006)]).then(() => {
+  console.log('ready');
+  const s = net.connect({ host: '10.96.0.99', port: 80 });
+  let data = '';
+  s.setTimeout(3000, () => { console.log('outbound timeout'); s.destroy(); });
+  s.on('data', (d) => (data += d));
+  s.on('end', () => console.log('outbound ' + data));
+  s.on('error', (e) => console.log('outbound ' + e.code));
+});
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+`;
+
+async function connectOnce(host: string, port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const s = connect({ host, port });
+    let data = '';
+    s.setTimeout(3000, () => {
+      resolve('timeout');
+      s.destroy();
+    });
+    s.on('data', (d: Buffer) => (data += d.toString()));
+    s.on('end', () => resolve(data));
+    s.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+  });
+}
+
+/** Sends real traffic both ways and reports where it landed: `port 15001` / `port 15006` means captured. */
+export async function probeTraffic(pod: StartedPod): Promise<TrafficProbe> {
+  const child = spawn('nsenter', [`--net=${pod.netnsPath}`, '--', process.execPath, '-e', PROBE_SCRIPT], { stdio: ['pipe', 'pipe', 'inherit'] });
+  try {
+    const lines = createInterface({ input: child.stdout });
+    const iterator = lines[Symbol.asyncIterator]();
+    const next = async (): Promise<string> => {
+      const timer = new Promise<string>((_, reject) => setTimeout(() => reject(new Error('traffic probe gave no answer')), 10_000).unref());
+      const r = await Promise.race([iterator.next(), timer]);
+      if (typeof r === 'string' || r.done === true) throw new Error('traffic probe ended early');
+      return r.value;
+    };
+    if ((await next()) !== 'ready') throw new Error('traffic probe did not start');
+    const inbound = await connectOnce(pod.ip, 8080);
+    const outbound = (await next()).replace(/^outbound /, '');
+    return { outbound, inbound };
+  } finally {
+    child.stdin?.end();
+    child.kill('SIGKILL');
+  }
+}
