@@ -1,3 +1,4 @@
+import { parseEnablementSelectors as validateEnablementSelectors, type EnablementSelector, type LabelSelector } from '@istio-cni/capture';
 import YAML from 'yaml';
 import { parseLogThreshold, type LogThreshold } from '@istio-cni/handoff';
 
@@ -47,43 +48,32 @@ export function parseList(value: string): string[] {
     .filter((s) => s !== '');
 }
 
-export type LabelSelectorJson = {
-  matchLabels?: Record<string, string>;
-  matchExpressions?: { key: string; operator: string; values?: string[] }[];
-};
-
-export interface EnablementSelector {
-  podSelector?: LabelSelectorJson;
-  namespaceSelector?: LabelSelectorJson;
-}
-
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function labelSelector(where: string, v: unknown): LabelSelectorJson | undefined {
-  if (v === undefined || v === null) return undefined;
-  if (!isObject(v)) throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${where} must be a label selector`);
-  const out: LabelSelectorJson = {};
-  const labels = v.matchLabels;
-  if (labels !== undefined && labels !== null) {
-    if (!isObject(labels)) throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${where}.matchLabels must be a map`);
-    const m: Record<string, string> = {};
-    for (const [k, val] of Object.entries(labels)) m[k] = String(val);
-    if (Object.keys(m).length > 0) out.matchLabels = m;
+/** Drops empty parts, so the conflist carries what Go's omitempty marshalling would. */
+function compactSelector(selector: LabelSelector | undefined): LabelSelector | undefined {
+  if (selector === undefined) return undefined;
+  const out: LabelSelector = {};
+  if (selector.matchLabels && Object.keys(selector.matchLabels).length > 0) out.matchLabels = selector.matchLabels;
+  if (selector.matchExpressions && selector.matchExpressions.length > 0) {
+    out.matchExpressions = selector.matchExpressions.map((e) => ({
+      key: e.key,
+      operator: e.operator,
+      ...(e.values && e.values.length > 0 ? { values: e.values } : {}),
+    }));
   }
-  const exprs = v.matchExpressions;
-  if (exprs !== undefined && exprs !== null) {
-    if (!Array.isArray(exprs)) throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${where}.matchExpressions must be a list`);
-    const list = exprs.map((e, i) => {
-      if (!isObject(e) || typeof e.key !== 'string' || typeof e.operator !== 'string') {
-        throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${where}.matchExpressions[${i}] needs key and operator`);
-      }
-      const req: { key: string; operator: string; values?: string[] } = { key: e.key, operator: e.operator };
-      if (Array.isArray(e.values) && e.values.length > 0) req.values = e.values.map(String);
-      return req;
-    });
-    if (list.length > 0) out.matchExpressions = list;
+  return out;
+}
+
+function stringifyLabelValues(entry: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...entry };
+  for (const key of ['podSelector', 'namespaceSelector']) {
+    const sel = entry[key];
+    if (isObject(sel) && isObject(sel.matchLabels)) {
+      out[key] = { ...sel, matchLabels: Object.fromEntries(Object.entries(sel.matchLabels).map(([k, v]) => [k, String(v)])) };
+    }
   }
   return out;
 }
@@ -99,11 +89,19 @@ export function parseEnablementSelectors(value: string): EnablementSelector[] {
   }
   if (doc === null || doc === undefined) return [];
   if (!Array.isArray(doc)) throw new SettingsError('invalid AMBIENT_ENABLEMENT_SELECTOR: want a YAML list of selectors');
-  return doc.map((entry, i) => {
-    if (!isObject(entry)) throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: entry ${i} is not a map`);
+  // Label values written unquoted in YAML may decode as numbers or booleans; labels are strings.
+  const stringified = doc.map((entry) => (isObject(entry) ? stringifyLabelValues(entry) : entry));
+  let selectors: EnablementSelector[];
+  try {
+    selectors = validateEnablementSelectors(stringified);
+  } catch (err) {
+    throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${(err as Error).message}`);
+  }
+  return selectors.map((entry, i) => {
     const out: EnablementSelector = {};
-    const pod = labelSelector(`[${i}].podSelector`, entry.podSelector);
-    const ns = labelSelector(`[${i}].namespaceSelector`, entry.namespaceSelector);
+    const raw = stringified[i] as Record<string, unknown>;
+    const pod = raw.podSelector === undefined || raw.podSelector === null ? undefined : compactSelector(entry.podSelector);
+    const ns = raw.namespaceSelector === undefined || raw.namespaceSelector === null ? undefined : compactSelector(entry.namespaceSelector);
     if (pod) out.podSelector = pod;
     if (ns) out.namespaceSelector = ns;
     return out;
@@ -134,3 +132,5 @@ export function parseLogOutputLevel(value: string | undefined): LogLevels {
   }
   return levels;
 }
+
+export type { EnablementSelector };
