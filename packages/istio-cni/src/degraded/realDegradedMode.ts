@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
+import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
 import { captureEnvironmentFrom } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
