@@ -22,3 +22,22 @@ export {
 export { addressesContainAny, createNetnsOwnershipCheck, listNetnsAddresses } from './netnsOwnership.ts';
 export { checkPodUid, type PodAddress, parsePodAddress } from './podAddress.ts';
 export { createPodNetnsCache, type PodNetnsCache, type PodSnapshotEntry, type WorkloadInfo } from './podNetnsCache.ts';
+export {
+  type AmbientPodRulePlan,
+  type AmbientPodRulesOptions,
+  type AmbientPodRulesResult,
+  type AmbientRuleBackend,
+  type AmbientRulesDeps,
+  applyAmbientPodRules,
+  deleteAmbientPodRules,
+  type NetnsTarget,
+  planAmbientPodRules,
+  verifyAmbientPodRules,
+  withNetnsPath,
+} from './ambientPodRules.ts';
+export { type ProbeSetEntry, type ProbeSetManager, type RemovePodResult } from './probeSets.ts';
+export { createIpsetProbeSets, type IpsetProbeSetsOptions, parseIpsetSave } from './ipsetProbeSets.ts';
+export { createNftProbeSets, type NftProbeSetsOptions, parseNftSetJson } from './nftProbeSets.ts';
+export { syncProbeSets, type SyncProbeSetsResult } from './syncProbeSets.ts';
+export { findKubeletUid } from './findKubeletUid.ts';
+export { type AmbientHostRulesOptions, createAmbientHostRules, deleteAmbientHostRules, verifyAmbientHostRules } from './ambientHostRules.ts';

@@ -1,0 +1,33 @@
+/** One entry of a probe set: a pod IP and, as comment, the UID of the pod it was added for. */
+export interface ProbeSetEntry {
+  family: 4 | 6;
+  /** Canonical text. */
+  ip: string;
+  /** The comment; undefined when the entry has none. */
+  uid?: string;
+}
+
+export interface RemovePodResult {
+  removed: string[];
+  /** Entries with the pod's IP that belong to another pod (IP reuse); left alone. */
+  keptForOtherPods: ProbeSetEntry[];
+}
+
+/**
+ * The host probe sets `istio-inpod-probes-v4`/`-v6` (SPEC 4.6, 4.7): ipset or nft set, one per
+ * family (IPv6 only when enabled). Adds overwrite (two event sources may add the same IP); removal
+ * only touches entries whose comment is the pod's UID, so a new pod that reused the IP keeps it.
+ */
+export interface ProbeSetManager {
+  /** Creates the sets if missing. */
+  create(): Promise<void>;
+  flush(): Promise<void>;
+  /** Removes the sets (absent sets are fine). */
+  destroy(): Promise<void>;
+  list(): Promise<ProbeSetEntry[]>;
+  /** Upserts each IP with the UID as comment; returns the IPs written (IPv6 is skipped while disabled). */
+  addPod(uid: string, ips: readonly string[]): Promise<string[]>;
+  removePod(uid: string, ips: readonly string[]): Promise<RemovePodResult>;
+  /** Removes an IP whatever its comment (start-up prune). */
+  removeIp(ip: string): Promise<void>;
+}
