@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { PLUGIN_KUBECONFIG, runDirPath } from '@istio-cni/handoff';
 import { findLog } from '../support/pluginLogLines.ts';
 import { AMBIENT_LABEL, DEFAULT_ENABLEMENT_SELECTORS, namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
-import { netnsRuleset } from '../support/netnsRuleset.ts';
+import { ANY_ISTIO_STATE, CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture, notRootSkip, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
 
@@ -25,13 +25,25 @@ function cniError(stdout: string): { code: number; msg: string; details?: string
   return JSON.parse(stdout) as { code: number; msg: string; details?: string };
 }
 
-describe('plugin degraded mode while the node agent is down, then back', { skip: notRootSkip, timeout: 240_000 }, () => {
+const variants: { name: string; env: Record<string, string>; sameRulesGap?: string }[] = [
+  { name: 'iptables backend as detected', env: {} },
+  { name: 'native nftables', env: { NATIVE_NFTABLES: 'true' } },
+  {
+    name: 'FORCE_IPTABLES_BINARY=legacy',
+    env: { FORCE_IPTABLES_BINARY: 'legacy' },
+    // The forced binary is a daemon setting that never reaches the plugin (libcni gives it a clean
+    // environment and the netconf has no such key), so degraded mode detects on its own.
+    sameRulesGap: 'the plugin does not learn FORCE_IPTABLES_BINARY: degraded mode programs the detected backend',
+  },
+];
+
+for (const variant of variants) describe(`plugin degraded mode while the node agent is down, then back [${variant.name}]`, { skip: notRootSkip, timeout: 240_000 }, () => {
   let rig: AgentRig;
   /** The ruleset the agent programmed for a sidecar pod, to compare degraded mode against. */
   let agentRules: string;
 
   before(async () => {
-    rig = await startAgentRig();
+    rig = await startAgentRig(variant.env);
     rig.api.upsertNamespace(namespaceObject('default'));
     rig.api.upsertNamespace(namespaceObject('mesh-ambient', { [AMBIENT_LABEL]: 'ambient' }));
     for (const name of ['ratings-0', 'ratings-1', 'ratings-2', 'ratings-3']) rig.api.upsertPod(sidecarPod('default', name));
@@ -48,7 +60,7 @@ describe('plugin degraded mode while the node agent is down, then back', { skip:
     assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
     assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
     agentRules = await netnsRuleset(net.pod.path);
-    assert.match(agentRules, /ISTIO_OUTPUT/);
+    assert.match(agentRules, CAPTURE_CHAIN);
   });
 
   it('the agent is killed; its socket answers nobody but the plugin kubeconfig stays', async () => {
@@ -56,7 +68,7 @@ describe('plugin degraded mode while the node agent is down, then back', { skip:
     assert.ok(existsSync(runDirPath(rig.root.runDir, PLUGIN_KUBECONFIG)), 'installer-written kubeconfig left behind');
   });
 
-  it('a sidecar pod gets exactly the rules the agent would have programmed', async (t) => {
+  it('a sidecar pod gets exactly the rules the agent would have programmed', variant.sameRulesGap ? { todo: variant.sameRulesGap } : {}, async (t) => {
     assert.ok(agentRules, 'reference rules recorded');
     const net = createPodNetworkFixture(t);
     const res = await rig.exec('ADD', sidecarPod('default', 'ratings-1'), attachmentOf(net, 'c2'));
@@ -75,7 +87,7 @@ describe('plugin degraded mode while the node agent is down, then back', { skip:
     const err = cniError(res.stdout);
     assert.equal(err.code, 11);
     assert.match(err.msg, /ambient/);
-    assert.doesNotMatch(await netnsRuleset(net.pod.path), /ISTIO/);
+    assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
   });
 
   it('a plain pod passes through (ambient enabled too, its namespace is not selected)', async (t) => {
@@ -87,7 +99,7 @@ describe('plugin degraded mode while the node agent is down, then back', { skip:
       const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
       assert.deepEqual(out.ips?.map((ip) => ip.address), [`${net.pod.ipv4}/24`]);
     }
-    assert.doesNotMatch(await netnsRuleset(net.pod.path), /ISTIO/);
+    assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
   });
 
   it('a rejected token is reported as Unauthorized (code 11), not as a generic failure', async (t) => {
@@ -103,7 +115,7 @@ describe('plugin degraded mode while the node agent is down, then back', { skip:
     } finally {
       rig.api.setToken(token);
     }
-    assert.doesNotMatch(await netnsRuleset(net.pod.path), /ISTIO/);
+    assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
   });
 
   it('the daemon starts again and hand-off resumes', async (t) => {

@@ -33,3 +33,9 @@ export async function netnsRuleset(netnsPath: string): Promise<string> {
   }
   return parts.join('\n');
 }
+
+/** The outbound capture chain, as iptables (`ISTIO_OUTPUT`) or native nftables (`istio-output`) names it. */
+export const CAPTURE_CHAIN = /ISTIO_OUTPUT|chain istio-output /;
+
+/** Any istio-owned chain or table in a dump: a pod that was skipped shows none. */
+export const ANY_ISTIO_STATE = /ISTIO_|istio-/;

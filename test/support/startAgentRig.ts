@@ -27,7 +27,10 @@ export interface AgentRig {
   daemon: DaemonProcess;
   /** The istio-cni entry of the installed conflist, as libcni hands it to the plugin. */
   pluginConf(attachment?: PodAttachment, extra?: Record<string, unknown>): Record<string, unknown>;
-  /** Execs the built plugin the way libcni does for `pod` in `attachment.netns`. */
+  /**
+   * Execs the built plugin the way libcni does for `pod` in `attachment.netns`, at
+   * `plugin_log_level: debug` so stderr carries the verdict (`pod handled by agent`).
+   */
   exec(command: string, pod: KubeObject, attachment: PodAttachment, extra?: Record<string, unknown>): Promise<ExecResult>;
   /** Starts the daemon again on the same host root (after `daemon.stop`). */
   restartDaemon(): Promise<DaemonProcess>;
@@ -46,7 +49,8 @@ export function cniEnv(command: string, pod: KubeObject, attachment: PodAttachme
   };
 }
 
-export async function startAgentRig(): Promise<AgentRig> {
+/** `daemonEnv` adds daemon settings (e.g. FORCE_IPTABLES_BINARY, NATIVE_NFTABLES). */
+export async function startAgentRig(daemonEnv: Record<string, string> = {}): Promise<AgentRig> {
   const root = makeHostRoot();
   let api: FakeKubeApi | undefined;
   try {
@@ -59,6 +63,7 @@ export async function startAgentRig(): Promise<AgentRig> {
       KUBERNETES_SERVICE_HOST: apiUrl.hostname,
       KUBERNETES_SERVICE_PORT: apiUrl.port,
       KUBERNETES_SERVICE_PROTOCOL: 'http',
+      ...daemonEnv,
     };
     const rig: AgentRig = {
       root,
@@ -85,7 +90,7 @@ export async function startAgentRig(): Promise<AgentRig> {
         return conf;
       },
       exec(command, pod, attachment, extra) {
-        return execPlugin(PLUGIN, cniEnv(command, pod, attachment), JSON.stringify(rig.pluginConf(attachment, extra)), { timeoutMs: 60_000 });
+        return execPlugin(PLUGIN, cniEnv(command, pod, attachment), JSON.stringify(rig.pluginConf(attachment, { plugin_log_level: 'debug', ...extra })), { timeoutMs: 60_000 });
       },
       async restartDaemon() {
         rig.daemon = await startDaemon(root, env);
