@@ -19,7 +19,7 @@ const PODS = 200;
 const RSS_CEILING_KIB = 300 * 1024;
 const LOCK_ERRORS = /xtables lock|Resource temporarily unavailable/i;
 
-const variants = [
+const variants: { name: string; env: Record<string, string> }[] = [
   { name: 'iptables backend as detected', env: {} },
   // Legacy xtables is the backend with a lock to contend for.
   { name: 'iptables-legacy', env: { FORCE_IPTABLES_BINARY: 'legacy' } },
