@@ -67,3 +67,33 @@ export {
 export { planSidecarCapture, type PlanSidecarCaptureOptions } from './planSidecarCapture.ts';
 export { createSidecarCaptureManager, type SidecarCaptureManager, type SidecarCaptureManagerOptions } from './sidecarCaptureManager.ts';
 export * from './ambient/index.ts';
+export { SeqpacketError, type SeqpacketErrorCode } from './seqpacket/seqpacketError.ts';
+export {
+  closeFd,
+  connectSeqpacket,
+  duplicateFd,
+  type ReceivedPacket,
+  type ReceiveOptions,
+  type SendOptions,
+  seqpacketPair,
+  SeqpacketSocket,
+} from './seqpacket/seqpacketSocket.ts';
+export { type ListenSeqpacketOptions, listenSeqpacket, type SeqpacketListener } from './seqpacket/seqpacketListener.ts';
+export { KOFFI_SEA_ASSET, loadKoffi } from './seqpacket/loadKoffi.ts';
+export {
+  decodeWorkloadRequest,
+  decodeWorkloadResponse,
+  decodeZdsHello,
+  encodeWorkloadRequest,
+  encodeWorkloadResponse,
+  encodeZdsHello,
+  type WorkloadRequest,
+  type WorkloadResponse,
+  ZDS_VERSION,
+  type ZdsHello,
+  zdsRoot,
+  type ZdsWorkloadInfo,
+} from './zds/zdsSchema.ts';
+export { ZdsError, type ZdsErrorCode } from './zds/zdsError.ts';
+export { type PodSnapshotEntry, type PodSnapshotSource, silentZdsLogger, type WorkloadInfo, type ZdsLogger } from './zds/podSnapshotSource.ts';
+export { createZtunnelServer, type RequestOptions, type ZtunnelServer, type ZtunnelServerOptions } from './zds/createZtunnelServer.ts';
