@@ -1,0 +1,108 @@
+import { captureEnvironmentFrom } from '@istio-cni/capture';
+import {
+  createExecCommandRunner,
+  createNetnsOwnershipCheck,
+  createProcFs,
+  createScratchNetnsOpener,
+  createSidecarCaptureManager,
+} from '@istio-cni/dataplane';
+import type { Logger } from '@istio-cni/handoff';
+import type { Registry } from 'prom-client';
+import { loadKubeConfig } from '../kube/loadKubeConfig.ts';
+import type { Settings } from '../settings/settings.ts';
+import { daemonKubeSource } from './daemonKubeSource.ts';
+import { findNetnsByIp } from './findNetnsByIp.ts';
+import { createKubeRepairApi } from './kubeRepairApi.ts';
+import { brokenPodFilter, createRepairController, repairMode, type RepairController, type RepairInPlace } from './repairController.ts';
+import { createRepairMetrics } from './repairMetrics.ts';
+import { createInPlaceRepairer } from './repairPodInPlace.ts';
+import { repairFieldSelector, watchRepairPods } from './watchRepairPods.ts';
+
+export interface StartRepairOptions {
+  settings: Settings;
+  /** KUBECONFIG for the daemon's own API access; in-cluster credentials otherwise. */
+  kubeconfigPath?: string;
+  logger: Logger;
+  registry: Registry;
+  /** Test hooks. */
+  retryDelayMs?: number;
+  captureEnv?: Record<string, string | undefined>;
+}
+
+export interface RunningRepair {
+  controller: RepairController;
+  synced: Promise<void>;
+  stop(): void;
+}
+
+/**
+ * Starts the repair controller when REPAIR_ENABLED and a mode is on (SPEC 1.4 step 6). It never
+ * fails the daemon: without API access or a mode it logs why and returns `undefined`.
+ */
+export function startRepairController(options: StartRepairOptions): RunningRepair | undefined {
+  const { settings } = options;
+  const repair = settings.repair;
+  const logger = options.logger.with({ component: 'repair' });
+  if (!repair.enabled) return undefined;
+  const mode = repairMode(repair);
+  if (mode === undefined) {
+    logger.info('repair controller enabled but REPAIR_REPAIR_PODS, REPAIR_DELETE_PODS and REPAIR_LABEL_PODS are all off: not started');
+    return undefined;
+  }
+  const source = daemonKubeSource(settings, options.kubeconfigPath);
+  if (source === undefined) {
+    logger.warn('no Kubernetes API configured: repair controller not started');
+    return undefined;
+  }
+  // Upstream watches `spec.nodeName=` (no pod) when REPAIR_NODE_NAME is unset; this node is what is meant.
+  const nodeName = repair.nodeName || settings.k8sNodeName || settings.nodeName;
+  const kc = loadKubeConfig(source);
+  const watch = watchRepairPods(kc, {
+    labelSelector: repair.labelSelectors,
+    fieldSelector: repairFieldSelector(repair.fieldSelectors, nodeName),
+    logger,
+    ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }),
+  });
+  let repairInPlace: RepairInPlace | undefined;
+  if (mode === 'repair') {
+    const runner = createExecCommandRunner();
+    const procFs = createProcFs(settings.hostProcDir);
+    const checkOwnership = createNetnsOwnershipCheck(runner);
+    const capture = createSidecarCaptureManager({
+      runner,
+      openScratchNetns: createScratchNetnsOpener(),
+      nativeNftables: settings.nativeNftables,
+      env: captureEnvironmentFrom(options.captureEnv ?? process.env),
+      ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
+    });
+    repairInPlace = createInPlaceRepairer({
+      findNetns: (ip) => findNetnsByIp({ procFs, checkOwnership, log: (level, msg) => logger[level](msg) }, ip),
+      capture,
+    });
+  }
+  const controller = createRepairController({
+    mode,
+    filter: brokenPodFilter(repair),
+    labelKey: repair.brokenPodLabelKey,
+    labelValue: repair.brokenPodLabelValue,
+    api: createKubeRepairApi(kc, { nodeName }),
+    ...(repairInPlace ? { repairInPlace } : {}),
+    getPod: (key) => {
+      const slash = key.indexOf('/');
+      return watch.pods.get(key.slice(0, slash), key.slice(slash + 1));
+    },
+    metrics: createRepairMetrics(options.registry),
+    logger,
+    ...(options.retryDelayMs === undefined ? {} : { queue: { retryDelayMs: options.retryDelayMs } }),
+  });
+  watch.pods.onChange((_type, pod) => controller.podChanged(pod));
+  void watch.synced.then(() => logger.info('repair controller started', { mode, node: nodeName }));
+  return {
+    controller,
+    synced: watch.synced,
+    stop() {
+      watch.stop();
+      controller.stop();
+    },
+  };
+}
