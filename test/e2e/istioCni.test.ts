@@ -3,7 +3,8 @@
 // token in a projected-volume layout), containerd running pods through the chained plugin.
 // Scenarios 3 (ambient) and 10 (repair) join here once those features land.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { isDeepStrictEqual } from 'node:util';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { applyObjects, DEFAULT_MANIFEST, findObject, parseManifest, RELEASE_NAMESPACE, type KubeObject } from './support/chart.ts';
@@ -11,7 +12,7 @@ import { runCnitool } from './support/cnitool.ts';
 import { AGENT_POD_NAME, createIstioCniNode, DIST, type IstioCniNode } from './support/istioCniNode.ts';
 import { makeKubeClient, type KubeClient } from './support/kubeClient.ts';
 import { waitFor } from './support/managedProcess.ts';
-import { createAndRunPod, hasSidecarCapture, podRules, probeTraffic, removePod, type StartedPod } from './support/pods.ts';
+import { createAndRunPod, createPodObject, hasSidecarCapture, podRules, probeTraffic, removePod, type StartedPod } from './support/pods.ts';
 import { startRig, type Rig } from './support/rig.ts';
 import { runCommand } from './support/runCommand.ts';
 
@@ -57,6 +58,25 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
   };
   const waitLoaded = (want: (types: string[]) => boolean, what: string) =>
     waitFor(`containerd to load ${what}`, async () => (want(await loadedByContainerd()) ? true : undefined), { timeoutMs: 30_000 });
+  /** Waits until containerd's CRI plugin has loaded exactly the conflist now on disk. */
+  const waitContainerdCurrent = async () => {
+    const onDisk = JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as unknown;
+    await waitFor('containerd to load the current conflist', async () => {
+      const info = JSON.parse(await rig.containerd.crictl(['info'])) as { cniconfig?: { Networks?: { Config?: { Name?: string; Source?: string } }[] } };
+      const source = info.cniconfig?.Networks?.find((n) => n.Config?.Name === rig.network.name)?.Config?.Source;
+      return source !== undefined && isDeepStrictEqual(JSON.parse(source), onDisk) ? true : undefined;
+    }, { timeoutMs: 30_000 });
+  };
+  /** The istio-cni entry of the installed conflist in a CNI 1.1.0 list of its own (GC and STATUS need 1.1.0). */
+  const writeIstioOnlyList = (): { confDir: string; name: string; conf: Record<string, unknown> } => {
+    const entry = readConflist().plugins.find((p) => p.type === 'istio-cni');
+    assert.ok(entry, 'the installed conflist has an istio-cni entry');
+    const confDir = join(node.dir, 'istio-only');
+    mkdirSync(confDir, { recursive: true });
+    const conf = { cniVersion: '1.1.0', name: 'e2e-istio-only', plugins: [entry] };
+    writeFileSync(join(confDir, 'e2e-istio-only.conflist'), JSON.stringify(conf));
+    return { confDir, name: conf.name, conf };
+  };
   const startPod = async (kind: 'sidecar' | 'plain', namespace: string, name: string) => {
     const pod = await createAndRunPod(rig.cluster, rig.containerd, kind, namespace, name, NODE_NAME);
     pods.push(pod);
@@ -102,11 +122,7 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
   after(async () => {
     for (const pod of pods) await removePod(rig.containerd, pod).catch(() => undefined);
     await node?.dispose();
-    if (rig !== undefined) {
-      const leaks = await rig.stop();
-      if (process.env.E2E_DEBUG_LEAKS) console.log(JSON.stringify(leaks, null, 1));
-      assert.deepEqual(leaks, [], 'the rig left host state behind');
-    }
+    if (rig !== undefined) assert.deepEqual(await rig.stop(), [], 'the rig left host state behind');
   });
 
   it('1. install: the primary conflist gains istio-cni, the kubeconfig authenticates, /readyz turns 200', SCENARIO, async () => {
@@ -144,5 +160,178 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     assert.equal(hasSidecarCapture(await podRules(excluded.netnsPath)), false, 'no ISTIO chains in an excluded namespace');
     const log = readFileSync(node.daemon?.logFile ?? '', 'utf8');
     assert.match(log, /sidecar capture programmed/);
+  });
+
+  it('9. cnitool drives the same conflist: ADD/CHECK/DEL, then GC (with a valid-attachments list) and STATUS', SCENARIO, async () => {
+    const name = 'cnitool-1';
+    await createPodObject(rig.cluster, 'sidecar', MESH_NS, name, NODE_NAME);
+    const netnsName = `e2e-cnitool-${process.pid}`;
+    const netnsPath = `/var/run/netns/${netnsName}`;
+    await runCommand(['ip', 'netns', 'add', netnsName]);
+    try {
+      const options = { confDir: rig.containerd.cniConfDir, binDir: rig.containerd.cniBinDir, args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${MESH_NS};K8S_POD_NAME=${name}` };
+      const add = await runCnitool('add', rig.network.name, netnsPath, options);
+      // istio-cni passes the primary's result through unchanged (SPEC 2.6).
+      const result = JSON.parse(add.stdout) as { cniVersion: string; interfaces: { name: string }[]; ips: { address: string; gateway: string }[] };
+      assert.equal(result.cniVersion, '1.0.0');
+      assert.match(result.ips[0]?.address ?? '', /^10\.244\.250\.\d+\/24$/);
+      assert.equal(result.ips[0]?.gateway, '10.244.250.1');
+      assert.ok(result.interfaces.some((i) => i.name === 'eth0'));
+      assert.ok(hasSidecarCapture(await podRules(netnsPath)), 'ADD programmed the sidecar capture');
+      const check = await runCnitool('check', rig.network.name, netnsPath, options);
+      assert.equal(check.stdout, '');
+      await runCnitool('del', rig.network.name, netnsPath, options);
+      const links = await runCommand(['ip', '-n', netnsName, '-o', 'link', 'show']);
+      assert.equal(links.stdout.includes('eth0'), false, 'DEL removed eth0');
+    } finally {
+      await runCommand(['ip', 'netns', 'delete', netnsName], { allowFailure: true });
+    }
+
+    const only = writeIstioOnlyList();
+    const status = await runCnitool('status', only.name, '/dev/null', { confDir: only.confDir, binDir: rig.containerd.cniBinDir });
+    assert.equal(status.stdout, '', 'STATUS succeeds silently while the agent is up');
+    await runCnitool('gc', only.name, '/dev/null', { confDir: only.confDir, binDir: rig.containerd.cniBinDir });
+    // cnitool's GC sends no list; this is the GC netconf libcni sends a plugin when the runtime has one.
+    const gcConf = {
+      ...(only.conf.plugins as Record<string, unknown>[])[0],
+      cniVersion: '1.1.0',
+      name: only.name,
+      'cni.dev/valid-attachments': [{ containerID: 'e2e-still-running', ifname: 'eth0' }],
+    };
+    const gc = await runCommand([join(rig.containerd.cniBinDir, 'istio-cni')], {
+      input: JSON.stringify(gcConf),
+      env: { PATH: process.env.PATH ?? '', CNI_COMMAND: 'GC', CNI_PATH: rig.containerd.cniBinDir },
+    });
+    assert.equal(gc.stdout, '');
+    const bad = await runCommand([join(rig.containerd.cniBinDir, 'istio-cni')], {
+      input: JSON.stringify({ ...gcConf, 'cni.dev/valid-attachments': 'not-a-list' }),
+      env: { PATH: process.env.PATH ?? '', CNI_COMMAND: 'GC', CNI_PATH: rig.containerd.cniBinDir },
+      allowFailure: true,
+    });
+    assert.notEqual(bad.exitCode, 0, 'a malformed valid-attachments list is refused');
+    assert.match(bad.stdout, /valid-attachments/);
+  });
+
+  it('8. RBAC: every call the daemon makes is allowed with its token; calls it must not make are denied', SCENARIO, async () => {
+    const token = readFileSync(join(node.serviceAccountDir, 'token'), 'utf8');
+    const sa = api().withToken(token);
+    const selector = `fieldSelector=${encodeURIComponent(`spec.nodeName=${NODE_NAME}`)}`;
+    const allowed: [string, string][] = [
+      ['GET', `/api/v1/pods?${selector}`],
+      ['GET', `/api/v1/pods?${selector}&watch=true&timeoutSeconds=1`],
+      ['GET', '/api/v1/namespaces'],
+      ['GET', '/api/v1/namespaces?watch=true&timeoutSeconds=1'],
+      ['GET', `/api/v1/namespaces/${MESH_NS}/pods/sidecar-1`],
+      ['GET', `/api/v1/namespaces/${MESH_NS}`],
+    ];
+    for (const [method, path] of allowed) {
+      const res = await sa.request(method, path, undefined, { timeoutMs: 10_000 });
+      assert.equal(res.status, 200, `${method} ${path} answered ${res.status}: ${res.text.slice(0, 300)}`);
+    }
+    const other = await api().must<{ metadata: { name: string } }>('POST', `/api/v1/namespaces/${MESH_NS}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'on-another-node' },
+      spec: { nodeName: 'other-node', containers: [{ name: 'app', image: 'localhost/istio-cni-e2e/pause:v1' }] },
+    });
+    const otherPod = `/api/v1/namespaces/${MESH_NS}/pods/${other.metadata.name}`;
+    const merge = { contentType: 'application/merge-patch+json' };
+    const denied: [string, string, unknown?, { contentType: string }?][] = [
+      ['GET', '/api/v1/secrets'],
+      ['GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/secrets`],
+      ['GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/configmaps/istio-cni-config`],
+      ['POST', `/api/v1/namespaces/${MESH_NS}/pods`, { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x' }, spec: { containers: [{ name: 'x', image: 'x' }] } }],
+      ['PATCH', otherPod, { metadata: { labels: { hacked: 'true' } } }, merge],
+      ['PATCH', `${otherPod}/status`, { metadata: { annotations: { hacked: 'true' } } }, merge],
+      ['DELETE', otherPod],
+      ['POST', `${otherPod}/eviction`, { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: other.metadata.name, namespace: MESH_NS } }],
+      ['DELETE', `/api/v1/nodes/${NODE_NAME}`],
+      ['PATCH', `/api/v1/nodes/${NODE_NAME}`, { spec: { taints: [{ key: 'cni.istio.io/not-ready', effect: 'NoSchedule' }] } }, merge],
+      ['GET', '/api/v1/nodes'],
+      ['POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x' } }],
+      ['POST', `/api/v1/namespaces/${RELEASE_NAMESPACE}/serviceaccounts/istio-cni/token`, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: {} }],
+      ['POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'x' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' }, subjects: [{ kind: 'ServiceAccount', name: 'istio-cni', namespace: RELEASE_NAMESPACE }] }],
+      ['GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`],
+    ];
+    for (const [method, path, body, options] of denied) {
+      const res = await sa.request(method, path, body, options);
+      assert.equal(res.status, 403, `${method} ${path} must be forbidden, answered ${res.status}: ${res.text.slice(0, 200)}`);
+    }
+    // The repair role's grant (events), checked without creating anything.
+    const review = await sa.must<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SelfSubjectAccessReview',
+      spec: { resourceAttributes: { verb: 'create', resource: 'events', namespace: MESH_NS } },
+    });
+    assert.equal(review.status.allowed, true);
+  });
+
+  it('4. token rotation through a new TokenRequest and a ..data swap: the kubeconfig follows', SCENARIO, async () => {
+    const oldToken = node.readKubeconfig().token;
+    const agentPod = await api().must<{ metadata: { uid: string } }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${AGENT_POD_NAME}`);
+    // What kubelet does for the projected volume: a token bound to the agent's pod.
+    const newToken = await requestToken({ apiVersion: 'v1', kind: 'Pod', name: AGENT_POD_NAME, uid: agentPod.metadata.uid });
+    assert.notEqual(newToken, oldToken);
+    node.writeToken(newToken);
+    await waitFor('the kubeconfig to carry the new token', async () => (node.readKubeconfig().token === newToken ? true : undefined), {
+      process: node.daemon,
+      timeoutMs: 30_000,
+    });
+    // Revoke the old token: only the rotated kubeconfig can authenticate from here on.
+    await api().must('DELETE', `/api/v1/namespaces/${RELEASE_NAMESPACE}/secrets/${BOOTSTRAP_SECRET}`);
+    await waitFor('the old token to be rejected', async () => ((await whoAmI(api().withToken(oldToken))).status === 401 ? true : undefined), {
+      timeoutMs: 30_000,
+    });
+    const review = await whoAmI(kubeconfigClient());
+    assert.equal(review.status, 201, review.text);
+    assert.equal(review.body.status?.userInfo?.username, SA);
+    assert.equal(await node.readyz(), 200);
+  });
+
+  it('5. daemon killed: plain pods start, sidecar pods are set up in degraded mode with the rotated token', SCENARIO, async () => {
+    await node.kill();
+    assert.ok(pluginTypes().includes('istio-cni'), 'no cleanup ran: the plugin stays in the chain');
+    assert.equal(await node.readyz(), 0);
+
+    const plain = await startPod('plain', MESH_NS, 'plain-degraded');
+    assert.equal(hasSidecarCapture(await podRules(plain.netnsPath)), false);
+    const sidecar = await startPod('sidecar', MESH_NS, 'sidecar-degraded');
+    assert.ok(hasSidecarCapture(await podRules(sidecar.netnsPath)), 'the plugin programmed the capture itself');
+    assert.deepEqual(await probeTraffic(sidecar), { outbound: 'port 15001', inbound: 'port 15006' });
+    // Ambient pods fail with a retryable error here and start once the daemon is back (scenario 3, with ambient).
+
+    const only = writeIstioOnlyList();
+    const status = await runCnitool('status', only.name, '/dev/null', { confDir: only.confDir, binDir: rig.containerd.cniBinDir, allowFailure: true });
+    assert.notEqual(status.exitCode, 0, 'STATUS reports the plugin unavailable while the agent is down');
+    assert.match(status.stderr + status.stdout, /not reachable/);
+
+    await node.start();
+    const back = await startPod('sidecar', MESH_NS, 'sidecar-agent-back');
+    assert.ok(hasSidecarCapture(await podRules(back.netnsPath)));
+  });
+
+  it('6. the primary CNI rewrites its conflist: istio-cni is back before the next pod starts', SCENARIO, async () => {
+    writeFileSync(rig.network.conflistPath, primaryConflist);
+    await waitFor('istio-cni back in the conflist', async () => (pluginTypes().includes('istio-cni') ? true : undefined), {
+      process: node.daemon,
+      timeoutMs: 30_000,
+    });
+    assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni']);
+    await waitContainerdCurrent();
+    const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-rewrite');
+    assert.ok(hasSidecarCapture(await podRules(pod.netnsPath)));
+    // Readiness drops while the installer re-runs its pass (SPEC 5.7) and comes back after it.
+    await waitFor('/readyz 200 again', async () => ((await node.readyz()) === 200 ? true : undefined), { process: node.daemon, timeoutMs: 30_000 });
+  });
+
+  it('7. SIGTERM: cleanup leaves a working primary-only chain and a new pod still starts', SCENARIO, async () => {
+    assert.equal(await node.terminate(), 0, 'install-cni exits 0 on SIGTERM');
+    assert.deepEqual(readConflist(), JSON.parse(primaryConflist), 'the primary conflist is back to what the primary CNI wrote');
+    assert.equal(existsSync(join(rig.containerd.cniBinDir, 'istio-cni')), false, 'the plugin binary is removed');
+    assert.equal(existsSync(node.kubeconfigPath), false, 'the plugin kubeconfig is removed');
+    await waitContainerdCurrent();
+    const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-uninstall');
+    assert.match(pod.ip, /^10\.244\.250\.\d+$/);
+    assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false);
   });
 });
