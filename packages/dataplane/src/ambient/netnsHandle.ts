@@ -1,4 +1,4 @@
-import { closeSync, fstatSync, openSync, readlinkSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, statSync } from 'node:fs';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 
 /**
@@ -95,14 +95,23 @@ export function openNetnsHandle(path: string, options: { ownerStartTime?: number
     });
   }
   try {
-    const link = readlinkSync(`/proc/self/fd/${fd}`);
-    const inode = fstatSync(fd).ino;
-    if (link !== `net:[${inode}]`) throw new Error(`not a network namespace (it is ${JSON.stringify(link)})`);
-    return createNetnsHandle({ fd, inode, source: path, ...options });
+    // Namespace files live on nsfs (one device for all of them), whether opened through
+    // /proc/<pid>/ns/net or through a bind mount such as /var/run/netns/x. The namespace type
+    // is not checked here: nsenter --net refuses any other type.
+    const st = fstatSync(fd);
+    if (st.dev !== nsfsDevice()) throw new Error('not a namespace file');
+    return createNetnsHandle({ fd, inode: st.ino, source: path, ...options });
   } catch (err) {
     closeSync(fd);
     throw new AmbientDataplaneError('ERR_AMBIENT_NETNS', `failed to open netns ${JSON.stringify(path)}: ${(err as Error).message}`, {
       cause: err,
     });
   }
+}
+
+let nsfsDev: number | undefined;
+
+function nsfsDevice(): number {
+  nsfsDev ??= statSync('/proc/self/ns/net').dev;
+  return nsfsDev;
 }
