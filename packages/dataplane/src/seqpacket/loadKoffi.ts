@@ -9,7 +9,7 @@
  * 2. inside a SEA: the asset `koffi.node` (embedded by the build), copied to a private temp dir and
  *    dlopen'ed from there (the mapping outlives the file, so the copy is removed right away), else
  * 3. `koffi.node` next to the executable, else
- * 4. the prebuilt binary of `@koromix/koffi-<platform>-<arch>` resolved from this package.
+ * 4. the prebuilt binary of `@koromix/koffi-<platform>-<arch>` resolved from the entry script or cwd.
  */
 import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -63,16 +63,18 @@ function extractSeaAsset(): { path: string; remove: () => void } {
 }
 
 function prebuiltPath(): string {
-  // import.meta.url is empty in the CommonJS bundle; resolving from the working directory is the
-  // best a bundle run outside the SEA can do.
-  const from = typeof import.meta.url === 'string' && import.meta.url !== '' ? import.meta.url : join(process.cwd(), 'noop.js');
+  // Resolved from the entry script and the working directory rather than import.meta, which the
+  // CommonJS bundle does not have; both sit inside the repository whenever the SEA asset is absent.
   const pkg = `@koromix/koffi-${process.platform}-${process.arch}`;
-  let pkgJson: string;
-  try {
-    pkgJson = createRequire(from).resolve(`${pkg}/package.json`);
-  } catch (err) {
-    throw new Error(`failed to find koffi native module: package ${pkg} is not installed and ISTIO_CNI_KOFFI_PATH is unset`, { cause: err });
+  const bases = [process.argv[1], join(process.cwd(), 'noop.js')].filter((b): b is string => b !== undefined && b !== '');
+  for (const base of bases) {
+    try {
+      const pkgJson = createRequire(base).resolve(`${pkg}/package.json`);
+      // The musl build is only for musl hosts; our pinned Node is glibc.
+      return join(dirname(pkgJson), `${process.platform}_${process.arch}`, 'koffi.node');
+    } catch {
+      // try the next base
+    }
   }
-  // The musl build is only for musl hosts; our pinned Node is glibc.
-  return join(dirname(pkgJson), `${process.platform}_${process.arch}`, 'koffi.node');
+  throw new Error(`failed to find koffi native module: package ${pkg} is not resolvable from ${bases.join(', ')} and ISTIO_CNI_KOFFI_PATH is unset`);
 }
