@@ -1,0 +1,177 @@
+import {
+  ambientEnabledFor,
+  namespaceSelectedForAmbient,
+  type EnablementSelector,
+  type Namespace,
+  type Pod,
+} from '@istio-cni/capture';
+import type { Logger } from '@istio-cni/handoff';
+import type { ClusterView } from '../kube/clusterView.ts';
+import {
+  NonRetryableError,
+  isTerminal,
+  podIps,
+  redirectionState,
+  type MeshDataplane,
+} from './meshDataplane.ts';
+import { createWorkQueue, type WorkQueue, type WorkQueueOptions } from './workQueue.ts';
+
+export interface AmbientPolicy {
+  selectors: readonly EnablementSelector[];
+  excludeNamespaces: readonly string[];
+  /** SYSTEM_NAMESPACE: where ztunnel runs. */
+  systemNamespace: string;
+}
+
+export type ReconcileEvent =
+  | { type: 'update'; namespace: string; name: string; old: Pod | undefined }
+  | { type: 'delete'; namespace: string; name: string; pod: Pod };
+
+export interface AmbientReconcilerDeps {
+  view: ClusterView;
+  dataplane: MeshDataplane;
+  policy: AmbientPolicy;
+  logger: Logger;
+  /** `nodeagent_reconcile_events_total{type}`. */
+  countEvent?(type: 'add' | 'update' | 'delete'): void;
+  queue?: Partial<Omit<WorkQueueOptions<ReconcileEvent>, 'process' | 'keyOf'>>;
+}
+
+export function isZtunnelPod(pod: Pod, systemNamespace: string): boolean {
+  return pod.metadata.namespace === systemNamespace && pod.metadata.labels?.app === 'ztunnel';
+}
+
+/** Whether the pod should be in the mesh now: selected and not in an excluded namespace. */
+export function shouldBeEnrolled(pod: Pod, namespace: Namespace | undefined, policy: AmbientPolicy): boolean {
+  if (policy.excludeNamespaces.includes(pod.metadata.namespace ?? '')) return false;
+  return ambientEnabledFor(pod, namespace, policy.selectors);
+}
+
+function sameIps(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && [...a].sort().join(',') === [...b].sort().join(',');
+}
+
+export interface AmbientReconciler {
+  /** Registers the informer handlers; events queue up from then on. */
+  start(): void;
+  stop(): void;
+  /** Exported for testing purposes only. */
+  queue: WorkQueue<ReconcileEvent>;
+  process(event: ReconcileEvent): Promise<'done' | 'retry'>;
+}
+
+/**
+ * Keeps enrolment in line with the cluster (SPEC 4.10): namespace and pod label changes, terminal
+ * pods, deletions and IP changes. Pod updates act on the *current* cached pod, so stale events do
+ * nothing; every step is idempotent because retries are unlimited.
+ */
+export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientReconciler {
+  const { view, dataplane, policy } = deps;
+  const log = deps.logger;
+
+  async function processUpdate(event: Extract<ReconcileEvent, { type: 'update' }>): Promise<'done' | 'retry'> {
+    const current = view.getPod(event.namespace, event.name);
+    if (current === undefined) return 'done';
+    const plog = log.with({ pod: `${event.namespace}/${event.name}` });
+    const state = redirectionState(current);
+    const enrolled = state === 'enabled';
+    const pending = state === 'pending';
+    const should = shouldBeEnrolled(current, view.getNamespace(event.namespace), policy);
+    const terminal = isTerminal(current);
+
+    if ((enrolled || pending) && terminal) {
+      // The old object still has the IPs: kubelet briefly posts terminal status without them
+      // (kubernetes#125370).
+      plog.info('pod is terminal; removing it from the mesh');
+      await dataplane.removePodFromMesh(event.old ?? current, true);
+      return 'done';
+    }
+    if (enrolled && should && !terminal && event.old !== undefined) {
+      const ips = podIps(current);
+      if (!sameIps(podIps(event.old), ips)) await dataplane.syncPodIps(current, ips);
+    }
+    if ((enrolled === should && !pending) || terminal) return 'done';
+    if (!should) {
+      plog.info('pod no longer selected for ambient; removing it from the mesh');
+      await dataplane.removePodFromMesh(current, false);
+      return 'done';
+    }
+    const ips = podIps(current);
+    if (ips.length === 0) {
+      plog.debug('pod has no IP yet; enrolment waits for one');
+      return 'done';
+    }
+    try {
+      await dataplane.addPodToMesh(current, ips, undefined);
+      plog.info('pod enrolled in ambient mode');
+      return 'done';
+    } catch (err) {
+      if (err instanceof NonRetryableError) {
+        plog.error('pod cannot be enrolled; not retrying', { error: err.message });
+        return 'done';
+      }
+      throw err;
+    }
+  }
+
+  async function process(event: ReconcileEvent): Promise<'done' | 'retry'> {
+    if (event.type === 'update') return processUpdate(event);
+    const pod = event.pod;
+    const state = redirectionState(pod);
+    // Exclusion does not matter here: whatever might have been enrolled is cleaned up.
+    if (state !== undefined || ambientEnabledFor(pod, view.getNamespace(event.namespace), policy.selectors)) {
+      log.info('pod deleted; removing it from the mesh', { pod: `${event.namespace}/${event.name}` });
+      await dataplane.removePodFromMesh(pod, true);
+    }
+    return 'done';
+  }
+
+  const queue = createWorkQueue<ReconcileEvent>({
+    ...deps.queue,
+    keyOf: (e) => `${e.namespace}/${e.name}`,
+    process,
+    onError: (e, err) =>
+      log.warn('ambient reconcile failed; will retry', {
+        pod: `${e.namespace}/${e.name}`,
+        event: e.type,
+        error: err instanceof Error ? err.message : String(err),
+      }),
+  });
+
+  const enqueueNamespacePods = (namespace: string) => {
+    for (const pod of view.listPods()) {
+      if (pod.metadata.namespace !== namespace || isZtunnelPod(pod, policy.systemNamespace)) continue;
+      queue.add({ type: 'update', namespace, name: pod.metadata.name ?? '', old: undefined });
+    }
+  };
+
+  let started = false;
+  return {
+    queue,
+    process,
+    start() {
+      if (started) return;
+      started = true;
+      view.onNamespaceChange((type, ns, old) => {
+        const name = ns.metadata.name ?? '';
+        if (type === 'delete') return;
+        const selected = namespaceSelectedForAmbient(ns, policy.selectors);
+        if (selected && policy.excludeNamespaces.includes(name)) {
+          log.warn('namespace is labelled for ambient but excluded; its pods are not enrolled', { namespace: name });
+        }
+        if (type === 'add' || old === undefined || namespaceSelectedForAmbient(old, policy.selectors) !== selected) {
+          enqueueNamespacePods(name);
+        }
+      });
+      view.onPodChange((type, pod, old) => {
+        const namespace = pod.metadata.namespace ?? '';
+        const name = pod.metadata.name ?? '';
+        deps.countEvent?.(type);
+        if (type === 'update') queue.add({ type: 'update', namespace, name, old });
+        else if (type === 'delete') queue.add({ type: 'delete', namespace, name, pod });
+        // New pods arrive through the CNI ADD; existing ones through the snapshot and namespaces.
+      });
+    },
+    stop: () => queue.stop(),
+  };
+}

@@ -1,0 +1,44 @@
+import type { Pod } from '@istio-cni/capture';
+
+/** Enrolment status annotation on pods (SPEC 4.1), written on the `pods/status` subresource. */
+export const REDIRECTION_ANNOTATION = 'ambient.istio.io/redirection';
+export type RedirectionState = 'enabled' | 'pending';
+
+/** A failure worth retrying (ztunnel not connected or not acking, API hiccups). */
+export class RetryableError extends Error {
+  override name = 'RetryableError';
+}
+
+/** A failure retrying cannot fix (no netns for the pod, rules rejected by the kernel). */
+export class NonRetryableError extends Error {
+  override name = 'NonRetryableError';
+}
+
+/**
+ * The ambient data plane for one node (SPEC 4.9). `addPodToMesh` is idempotent: the informer may
+ * call it again for a pod that is already enrolled, and must converge.
+ */
+export interface MeshDataplane {
+  /** `netnsPath` comes from the CNI event; `undefined` means "find it in /proc". */
+  addPodToMesh(pod: Pod, ips: readonly string[], netnsPath: string | undefined): Promise<void>;
+  /** `isDelete`: the pod is gone, so its netns is too (in-pod rules are not touched). */
+  removePodFromMesh(pod: Pod, isDelete: boolean): Promise<void>;
+  /** Re-asserts the host probe-set entries of an enrolled pod whose IPs changed. */
+  syncPodIps(pod: Pod, ips: readonly string[]): Promise<void>;
+}
+
+export function redirectionState(pod: Pod): RedirectionState | undefined {
+  const v = pod.metadata.annotations?.[REDIRECTION_ANNOTATION];
+  return v === 'enabled' || v === 'pending' ? v : undefined;
+}
+
+/** `status.podIPs`, else `status.podIP` (SPEC 4.10 step 5). */
+export function podIps(pod: Pod): string[] {
+  const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip) => ip !== '');
+  if (ips.length > 0) return ips;
+  return pod.status?.podIP ? [pod.status.podIP] : [];
+}
+
+export function isTerminal(pod: Pod): boolean {
+  return pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
+}
