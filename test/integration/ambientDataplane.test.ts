@@ -101,7 +101,9 @@ test('a process in a real pod netns is found by the procfs scan and owns it only
   await waitForNetns(sleeper2.pid ?? 0, podInode);
   const finder2 = await createPodNetnsProcFinder({ procFs: procFsWithFakeCgroup(sleeper2.pid ?? 0, uidA), checkOwnership: createNetnsOwnershipCheck(runner) });
   assert.equal((await finder2.findNetnsForPods(pod(['10.99.0.77']))).size, 0, 'a wrong IP is refused');
-  assert.equal((await finder2.findNetnsForPods(pod([fixture.pod.ipv6]))).size, 1, 'the IPv6 address also proves ownership');
+  const byV6 = await finder2.findNetnsForPods(pod([fixture.pod.ipv6]));
+  for (const f of byV6.values()) f.netns.close();
+  assert.equal(byV6.size, 1, 'the IPv6 address also proves ownership');
 });
 
 test('the host netns is never handed out even when a host process claims a pod cgroup', { skip: notRootSkip }, async () => {
