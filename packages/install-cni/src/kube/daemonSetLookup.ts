@@ -1,0 +1,64 @@
+import { AppsV1Api, type KubeConfig, type V1NodeSelectorRequirement } from '@kubernetes/client-node';
+import type { DaemonSetLookup, DaemonSetState } from '../installer/upgradeSafety.ts';
+
+export const DAEMONSET_NAME = 'istio-cni-node';
+
+function code(err: unknown): number | undefined {
+  return typeof err === 'object' && err !== null ? (err as { code?: number }).code : undefined;
+}
+
+function requirementMatches(req: V1NodeSelectorRequirement, labels: Record<string, string>): boolean {
+  const has = Object.prototype.hasOwnProperty.call(labels, req.key);
+  const value = labels[req.key];
+  const values = req.values ?? [];
+  switch (req.operator) {
+    case 'In':
+      return has && values.includes(value as string);
+    case 'NotIn':
+      return !has || !values.includes(value as string);
+    case 'Exists':
+      return has;
+    case 'DoesNotExist':
+      return !has;
+    case 'Gt':
+    case 'Lt': {
+      if (!has || values.length !== 1) return false;
+      const a = Number(value);
+      const b = Number(values[0]);
+      return req.operator === 'Gt' ? a > b : a < b;
+    }
+    default:
+      return false;
+  }
+}
+
+/**
+ * The DaemonSet that runs this daemon (SPEC 4.12): present and not deleting, and whether its
+ * required node affinity still admits this node (a relabelled node means "not an upgrade").
+ * RBAC grants `get` on this one name only.
+ */
+export function createDaemonSetLookup(kc: KubeConfig, namespace: string, nodeLabels: () => Promise<Record<string, string>>): DaemonSetLookup {
+  const apps = kc.makeApiClient(AppsV1Api);
+  return {
+    async lookup(): Promise<DaemonSetState> {
+      let ds;
+      try {
+        ds = await apps.readNamespacedDaemonSet({ name: DAEMONSET_NAME, namespace });
+      } catch (err) {
+        const c = code(err);
+        if (c === 404) return { kind: 'not-found' };
+        if (c === 401 || c === 403) return { kind: 'unauthorized' };
+        throw err;
+      }
+      const deleting = ds.metadata?.deletionTimestamp !== undefined && ds.metadata?.deletionTimestamp !== null;
+      const terms =
+        ds.spec?.template?.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms ?? [];
+      let targetsThisNode = true;
+      if (terms.length > 0) {
+        const labels = await nodeLabels();
+        targetsThisNode = terms.some((t) => (t.matchExpressions ?? []).every((r) => requirementMatches(r, labels)));
+      }
+      return { kind: 'present', deleting, targetsThisNode };
+    },
+  };
+}
