@@ -24,6 +24,8 @@ const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
 interface Target {
   name: string;
   entry: string;
+  /** Files embedded in the executable, read at run time with `node:sea` `getAsset`. */
+  assets?: Record<string, string>;
   /** Checks the executable runs standalone; throws with its output when it does not. */
   verify(executable: string, cwd: string): void;
 }
@@ -59,9 +61,14 @@ const targets: Target[] = [
   {
     name: 'install-cni',
     entry: 'packages/install-cni/src/main.ts',
+    // koffi's native addon (SEQPACKET sockets with SCM_RIGHTS for ZDS) cannot be required from
+    // inside the blob; the dataplane's loadKoffi() extracts this copy and dlopens it.
+    assets: { 'koffi.node': join(root, 'node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node') },
     verify(exe, cwd) {
       const out = run(exe, ['--version'], { cwd, env: cleanEnv }).trim();
       if (out !== version) throw new Error(`--version printed ${JSON.stringify(out)}, want ${version}`);
+      const check = run(exe, ['check-runtime'], { cwd, env: cleanEnv }).trim();
+      if (!check.endsWith('ok')) throw new Error(`check-runtime printed ${JSON.stringify(check)}`);
     },
   },
 ];
@@ -88,7 +95,13 @@ function makeExecutable(target: Target, bundleFile: string): string {
   const seaConfig = join(buildDir, `${target.name}.sea.json`);
   writeFileSync(
     seaConfig,
-    JSON.stringify({ main: bundleFile, output: blob, disableExperimentalSEAWarning: true, useCodeCache: true }),
+    JSON.stringify({
+      main: bundleFile,
+      output: blob,
+      disableExperimentalSEAWarning: true,
+      useCodeCache: true,
+      ...(target.assets ? { assets: target.assets } : {}),
+    }),
   );
   run(nodeBinary, ['--experimental-sea-config', seaConfig]);
   const exe = join(distDir, target.name);
