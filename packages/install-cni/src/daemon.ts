@@ -10,8 +10,10 @@ import { shouldKeepOnShutdown, type DaemonSetLookup } from './installer/upgradeS
 import { startLogSinkServer, type LogSinkServer } from './logSink/logSinkServer.ts';
 import { createMetrics } from './metrics/installMetrics.ts';
 import { startMetricsServer, type HttpServerHandle } from './metrics/metricsServer.ts';
+import { startRepairController } from './repair/startRepairController.ts';
 import { checkInstallerPaths } from './settings/checkPaths.ts';
 import { isOwnedMode, type Settings } from './settings/settings.ts';
+import { startNodeTaintRemover } from './taint/startNodeTaintRemover.ts';
 
 export interface DaemonOptions {
   settings: Settings;
@@ -42,6 +44,9 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   const readiness = { install: false, agent: false };
   let failure: unknown;
   const metrics = createMetrics();
+  // Optional readiness taint (not upstream): lifted once installed and synced, never re-added.
+  const taint = startNodeTaintRemover({ settings, kubeconfigPath: opts.kubeconfigPath, logger });
+  const readinessChanged = () => taint?.readinessChanged(readiness.install && readiness.agent);
   const installer = new Installer({
     settings: installerSettings(settings),
     logger: logger.with({ component: 'installer' }),
@@ -49,9 +54,11 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     ...(opts.throttle ? { throttle: opts.throttle } : {}),
     onReadyChange: (ready) => {
       readiness.install = ready;
+      readinessChanged();
     },
   });
   try {
+    if (taint) closers.push(async () => taint.stop());
     let metricsServer: HttpServerHandle | undefined;
     if (settings.monitoringPort > 0) {
       metricsServer = await startMetricsServer(settings.monitoringPort, metrics.registry, logger);
@@ -74,9 +81,16 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       logger,
     });
     closers.push(() => handoff.close());
+    // SPEC 1.4 step 6: the repair controller starts after the agent, before the installer loop.
+    const repair = startRepairController({ settings, kubeconfigPath: opts.kubeconfigPath, logger, registry: metrics.registry });
+    if (repair) closers.push(async () => repair.stop());
     // The installer starts right away; /readyz waits for the agent's informers (SPEC 5.8).
-    if (agent) void agent.synced.then(() => (readiness.agent = true));
-    else readiness.agent = true;
+    if (agent) {
+      void agent.synced.then(() => {
+        readiness.agent = true;
+        readinessChanged();
+      });
+    } else readiness.agent = true;
     opts.onStarted?.({ readinessPort: health.port, metricsPort: metricsServer?.port, installer });
     await installer.run(signal);
   } catch (err) {

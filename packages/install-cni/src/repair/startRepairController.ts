@@ -55,7 +55,8 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
     return undefined;
   }
   // Upstream watches `spec.nodeName=` (no pod) when REPAIR_NODE_NAME is unset; this node is what is meant.
-  const nodeName = repair.nodeName || settings.k8sNodeName || settings.nodeName;
+  // NODE_NAME (downward API) before KUBERNETES_NODE_NAME, which falls back to the container's hostname.
+  const nodeName = repair.nodeName || settings.nodeName || settings.k8sNodeName;
   const kc = loadKubeConfig(source);
   const watch = watchRepairPods(kc, {
     labelSelector: repair.labelSelectors,

@@ -55,6 +55,9 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   spec('REPAIR_INIT_CONTAINER_EXIT_CODE', 'int', '126', true, 'exit code filter'),
   spec('REPAIR_LABEL_SELECTORS', 'string', '', true, 'pod label selector'),
   spec('REPAIR_FIELD_SELECTORS', 'string', '', true, 'pod field selector'),
+  // Node readiness taint (beyond upstream; off by default).
+  spec('NODE_TAINT_ENABLED', 'bool', 'false', true, 'remove NODE_TAINT_KEY (NoSchedule) from this node once the daemon is ready'),
+  spec('NODE_TAINT_KEY', 'string', 'cni.istio.io/not-ready', true, 'key of the NoSchedule readiness taint to remove'),
   // Env-only (viper keys without flags).
   spec('REPAIR_REPAIR_PODS', 'bool', 'false', false, 'repair pods in place'),
   spec('EXCLUDE_NAMESPACES', 'list', '', false, 'namespaces the plugin skips'),

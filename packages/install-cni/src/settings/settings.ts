@@ -30,6 +30,12 @@ export interface RepairSettings {
   fieldSelectors: string;
 }
 
+/** The node readiness taint (not upstream): lifted once the daemon is ready, never added. */
+export interface NodeTaintSettings {
+  enabled: boolean;
+  key: string;
+}
+
 /** The daemon's whole configuration, read once at start-up and passed down. */
 export interface Settings {
   cniBinSourceDir: string;
@@ -55,6 +61,7 @@ export interface Settings {
   ambientEnabled: boolean;
   enableAmbientDetectionRetry: boolean;
   repair: RepairSettings;
+  nodeTaint: NodeTaintSettings;
   excludeNamespaces: string[];
   podNamespace: string;
   ambientEnablementSelector: string;
@@ -184,6 +191,7 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
       labelSelectors: str('REPAIR_LABEL_SELECTORS'),
       fieldSelectors: str('REPAIR_FIELD_SELECTORS'),
     },
+    nodeTaint: { enabled: bool('NODE_TAINT_ENABLED'), key: str('NODE_TAINT_KEY') },
     excludeNamespaces: list('EXCLUDE_NAMESPACES'),
     podNamespace: str('POD_NAMESPACE'),
     ambientEnablementSelector: str('AMBIENT_ENABLEMENT_SELECTOR'),
@@ -226,6 +234,9 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
     if (value.includes('/') || value === '.' || value === '..') {
       errors.push(`invalid ${name} ${JSON.stringify(value)}: want a file name inside MOUNTED_CNI_NET_DIR`);
     }
+  }
+  if (settings.nodeTaint.enabled && !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(settings.nodeTaint.key)) {
+    errors.push(`invalid NODE_TAINT_KEY ${JSON.stringify(settings.nodeTaint.key)}: want a taint key like cni.istio.io/not-ready`);
   }
   if (errors.length > 0) throw new SettingsError(errors.join('; '));
   return settings;

@@ -1,0 +1,29 @@
+import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+
+export interface Taint {
+  key: string;
+  value?: string;
+  effect: string;
+}
+
+export type JsonPatchOp = { op: 'test'; path: string; value: unknown } | { op: 'remove'; path: string };
+
+/** The two calls the taint remover makes on its own Node (RBAC: `nodes` get, patch). */
+export interface NodeTaintApi {
+  getTaints(nodeName: string): Promise<readonly Taint[]>;
+  /** RFC 6902 JSON patch; a failed `test` op rejects the whole patch. */
+  patchNode(nodeName: string, ops: readonly JsonPatchOp[]): Promise<void>;
+}
+
+export function createKubeNodeTaintApi(kc: KubeConfig): NodeTaintApi {
+  const core = kc.makeApiClient(CoreV1Api);
+  return {
+    async getTaints(name) {
+      const node = await core.readNode({ name });
+      return (node.spec?.taints ?? []).map((t) => ({ key: t.key, effect: t.effect, ...(t.value === undefined ? {} : { value: t.value }) }));
+    },
+    async patchNode(name, ops) {
+      await core.patchNode({ name, body: ops }, setHeaderOptions('Content-Type', PatchStrategy.JsonPatch));
+    },
+  };
+}

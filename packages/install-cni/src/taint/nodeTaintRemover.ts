@@ -1,0 +1,110 @@
+import type { Logger } from '@istio-cni/handoff';
+import type { JsonPatchOp, NodeTaintApi } from './nodeTaintApi.ts';
+
+export const TAINT_EFFECT = 'NoSchedule';
+
+export type TaintOutcome = 'removed' | 'absent' | 'stopped';
+
+export interface NodeTaintRemoverOptions {
+  api: NodeTaintApi;
+  nodeName: string;
+  taintKey: string;
+  logger: Logger;
+  /** First delay before retrying a failed GET or PATCH; doubles up to `maxRetryDelayMs`. */
+  retryDelayMs?: number;
+  maxRetryDelayMs?: number;
+}
+
+export interface NodeTaintRemover {
+  /** Feed every readiness change; the first `true` starts the removal. */
+  readinessChanged(ready: boolean): void;
+  /** Settles once the taint is gone (or was never there), or the remover is stopped. */
+  readonly done: Promise<TaintOutcome>;
+  stop(): void;
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * Lifts the node readiness taint once this daemon is ready (plugin installed, agent synced), so
+ * pods are only scheduled onto a node that will capture them. It only ever removes, and only
+ * once: operators add the taint when the node registers (kubelet `--register-with-taints`).
+ * The patch tests the entry's key and effect at its index before removing it, so a concurrent
+ * change to the node's taints fails the patch (retried from a fresh GET) instead of removing the
+ * wrong taint.
+ */
+export function createNodeTaintRemover(options: NodeTaintRemoverOptions): NodeTaintRemover {
+  const { api, nodeName, taintKey } = options;
+  const log = options.logger.with({ node: nodeName, taint: `${taintKey}:${TAINT_EFFECT}` });
+  const baseDelay = options.retryDelayMs ?? 1000;
+  const maxDelay = options.maxRetryDelayMs ?? 30_000;
+  let ready = false;
+  let started = false;
+  let finished = false;
+  let attemptRunning = false;
+  let retryDue = false;
+  let delay = baseDelay;
+  let timer: NodeJS.Timeout | undefined;
+  let settle: (o: TaintOutcome) => void = () => {};
+  const done = new Promise<TaintOutcome>((resolve) => (settle = resolve));
+
+  const finish = (outcome: TaintOutcome): void => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(timer);
+    settle(outcome);
+  };
+
+  async function attempt(): Promise<void> {
+    if (finished || attemptRunning) return;
+    attemptRunning = true;
+    try {
+      const taints = await api.getTaints(nodeName);
+      const index = taints.findIndex((t) => t.key === taintKey && t.effect === TAINT_EFFECT);
+      if (index < 0) {
+        log.info('node readiness taint not present; nothing to remove');
+        finish('absent');
+        return;
+      }
+      const path = `/spec/taints/${index}`;
+      const ops: JsonPatchOp[] = [
+        { op: 'test', path: `${path}/key`, value: taintKey },
+        { op: 'test', path: `${path}/effect`, value: TAINT_EFFECT },
+        { op: 'remove', path },
+      ];
+      await api.patchNode(nodeName, ops);
+      log.info('daemon ready: node readiness taint removed');
+      finish('removed');
+    } catch (err) {
+      if (finished) return;
+      log.warn('failed to remove the node readiness taint; retrying', { error: message(err), retryInMs: delay });
+      timer = setTimeout(() => {
+        // Only while still ready; otherwise the next readiness change resumes.
+        if (ready) void attempt();
+        else retryDue = true;
+      }, delay);
+      timer.unref();
+      delay = Math.min(delay * 2, maxDelay);
+    } finally {
+      attemptRunning = false;
+    }
+  }
+
+  return {
+    readinessChanged(isReady) {
+      ready = isReady;
+      if (!isReady || finished) return;
+      if (!started) {
+        started = true;
+        void attempt();
+      } else if (retryDue) {
+        retryDue = false;
+        void attempt();
+      }
+    },
+    done,
+    stop: () => finish('stopped'),
+  };
+}
