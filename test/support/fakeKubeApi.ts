@@ -23,6 +23,12 @@ export interface FakeKubeApi {
   upsertPod(pod: KubeObject): void;
   deletePod(namespace: string, name: string): void;
   upsertNamespace(ns: KubeObject): void;
+  /** Nodes for GET / JSON-patch PATCH (`/api/v1/nodes/<name>`). */
+  upsertNode(node: KubeObject): void;
+  getNode(name: string): KubeObject | undefined;
+  getPod(namespace: string, name: string): KubeObject | undefined;
+  /** core/v1 Events created through `POST /api/v1/namespaces/<ns>/events`. */
+  events: KubeObject[];
   setToken(token: string): void;
   /** Writes a kubeconfig for this server (the daemon's KUBECONFIG). */
   writeKubeconfig(path: string): void;
@@ -40,6 +46,8 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
   let rv = 100;
   const pods = new Map<string, KubeObject>();
   const namespaces = new Map<string, KubeObject>();
+  const nodes = new Map<string, KubeObject>();
+  const events: KubeObject[] = [];
   const watchers = new Set<Watcher>();
   const requests: string[] = [];
 
@@ -73,9 +81,23 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       return;
     }
     const field = url.searchParams.get('fieldSelector') ?? '';
-    const nodeName = field.startsWith('spec.nodeName=') ? field.slice('spec.nodeName='.length) : undefined;
+    const nodeField = field.split(',').find((f) => f.startsWith('spec.nodeName='));
+    const nodeName = nodeField === undefined ? undefined : nodeField.slice('spec.nodeName='.length);
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
     let m: RegExpExecArray | null;
+    if (req.method !== 'GET') {
+      readBody(req).then(
+        (body) => handleWrite(req.method ?? '', url.pathname, req.headers['content-type'] ?? '', body, res),
+        () => send(res, 400, { kind: 'Status', status: 'Failure', message: 'bad body', code: 400 }),
+      );
+      return;
+    }
+    if ((m = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname))) {
+      const node = nodes.get(decodeURIComponent(m[1] ?? ''));
+      if (node) send(res, 200, node);
+      else notFound(res, `nodes "${m[1]}"`);
+      return;
+    }
     if (url.pathname === '/api/v1/pods' || url.pathname === '/api/v1/namespaces') {
       const kind = url.pathname.endsWith('pods') ? 'pods' : 'namespaces';
       if (watch) {
@@ -105,6 +127,64 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
     notFound(res, url.pathname);
   }
 
+  const failure = (res: ServerResponse, code: number, reason: string, message: string) =>
+    send(res, code, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message, reason, code });
+
+  /** DELETE pod (with preconditions), PATCH pods/status (merge), PATCH node (JSON patch), POST events. */
+  function handleWrite(method: string, path: string, contentType: string, body: string, res: ServerResponse): void {
+    let m: RegExpExecArray | null;
+    const parsed = body === '' ? undefined : (JSON.parse(body) as unknown);
+    if (method === 'DELETE' && (m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(path))) {
+      const key = `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}`;
+      const pod = pods.get(key);
+      if (!pod) return notFound(res, `pods "${m[2]}"`);
+      const pre = (parsed as { preconditions?: { uid?: string; resourceVersion?: string } } | undefined)?.preconditions ?? {};
+      if ((pre.uid !== undefined && pre.uid !== pod.metadata.uid) || (pre.resourceVersion !== undefined && pre.resourceVersion !== pod.metadata.resourceVersion)) {
+        return failure(res, 409, 'Conflict', `Operation cannot be fulfilled on pods "${m[2]}": the precondition does not match`);
+      }
+      pods.delete(key);
+      notify('pods', 'DELETED', stamp(pod, 'Pod'));
+      return send(res, 200, pod);
+    }
+    if (method === 'PATCH' && (m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/status$/.exec(path))) {
+      const key = `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}`;
+      const pod = pods.get(key);
+      if (!pod) return notFound(res, `pods "${m[2]}"`);
+      let patched: KubeObject;
+      try {
+        // Strategic merge is treated as a plain merge: good enough for metadata and status maps.
+        patched = (contentType.startsWith('application/json-patch+json') ? jsonPatch(pod, parsed as JsonPatchOp[]) : mergePatch(pod, parsed)) as KubeObject;
+      } catch (err) {
+        return failure(res, 422, 'Invalid', (err as Error).message);
+      }
+      const stored = stamp(patched, 'Pod');
+      pods.set(key, stored);
+      notify('pods', 'MODIFIED', stored);
+      return send(res, 200, stored);
+    }
+    if (method === 'PATCH' && (m = /^\/api\/v1\/nodes\/([^/]+)$/.exec(path))) {
+      const name = decodeURIComponent(m[1] ?? '');
+      const node = nodes.get(name);
+      if (!node) return notFound(res, `nodes "${m[1]}"`);
+      if (!contentType.startsWith('application/json-patch+json')) return failure(res, 415, 'UnsupportedMediaType', `unsupported patch type ${contentType}`);
+      let patched: KubeObject;
+      try {
+        patched = jsonPatch(node, parsed as JsonPatchOp[]) as KubeObject;
+      } catch (err) {
+        return failure(res, 422, 'Invalid', (err as Error).message);
+      }
+      const stored = stamp(patched, 'Node');
+      nodes.set(name, stored);
+      return send(res, 200, stored);
+    }
+    if (method === 'POST' && (m = /^\/api\/v1\/namespaces\/([^/]+)\/events$/.exec(path))) {
+      const event = stamp(parsed as KubeObject, 'Event');
+      events.push(event);
+      return send(res, 201, event);
+    }
+    notFound(res, path);
+  }
+
   const server: Server = createServer(handle);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -128,6 +208,12 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       pods.delete(key);
       notify('pods', 'DELETED', stamp(pod, 'Pod'));
     },
+    upsertNode(node) {
+      nodes.set(node.metadata.name, stamp(node, 'Node'));
+    },
+    getNode: (name) => nodes.get(name),
+    getPod: (namespace, name) => pods.get(`${namespace}/${name}`),
+    events,
     upsertNamespace(ns) {
       const type = namespaces.has(ns.metadata.name) ? 'MODIFIED' : 'ADDED';
       const stored = stamp(ns, 'Namespace');
@@ -170,4 +256,56 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** RFC 7386 JSON merge patch. */
+function mergePatch(target: unknown, patch: unknown): unknown {
+  if (!isObject(patch)) return patch;
+  const out: Record<string, unknown> = isObject(target) ? { ...target } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = mergePatch(out[k], v);
+  }
+  return out;
+}
+
+type JsonPatchOp = { op: 'test' | 'add' | 'replace'; path: string; value: unknown } | { op: 'remove'; path: string };
+
+/** RFC 6902 JSON patch (test, add, replace, remove); a failed test rejects the whole patch. */
+function jsonPatch(target: unknown, ops: JsonPatchOp[]): unknown {
+  const doc = JSON.parse(JSON.stringify(target)) as unknown;
+  for (const op of ops) {
+    const parts = op.path.split('/').slice(1).map((p) => p.replaceAll('~1', '/').replaceAll('~0', '~'));
+    const last = parts.pop();
+    if (last === undefined) throw new Error(`invalid path ${op.path}`);
+    let parent: unknown = doc;
+    for (const p of parts) parent = (parent as Record<string, unknown>)?.[p];
+    if (typeof parent !== 'object' || parent === null) throw new Error(`path ${op.path} does not exist`);
+    const container = parent as Record<string, unknown> & unknown[];
+    const index = Array.isArray(container) ? (last === '-' ? container.length : Number(last)) : undefined;
+    if (op.op === 'test') {
+      const current = index === undefined ? container[last] : container[index];
+      if (JSON.stringify(current) !== JSON.stringify(op.value)) throw new Error(`test operation for path ${op.path} failed`);
+    } else if (op.op === 'remove') {
+      if (index === undefined) delete container[last];
+      else if (index >= container.length) throw new Error(`path ${op.path} does not exist`);
+      else container.splice(index, 1);
+    } else if (index === undefined) container[last] = op.value;
+    else if (op.op === 'add') container.splice(index, 0, op.value);
+    else container[index] = op.value;
+  }
+  return doc;
 }

@@ -12,7 +12,7 @@ interface FakeProc {
 }
 
 /** A procfs with processes in namespaces; netns 1 is the host's. Addresses live per netns inode. */
-function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[] } = {}) {
+function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[]; selfNetns?: number; pid1Hidden?: boolean } = {}) {
   const opened: NetnsHandle[] = [];
   const released: number[] = [];
   const byPid = new Map(procs.map((p) => [String(p.pid), p]));
@@ -27,6 +27,8 @@ function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[] } = {}) {
       return [...procs.map((p) => ({ name: String(p.pid), isDirectory: true })), { name: 'self', isDirectory: true }, { name: 'uptime', isDirectory: false }];
     },
     async stat(path) {
+      if (path === 'self/ns/net') return { ino: opts.selfNetns ?? 1, dev: 4 };
+      if (path.startsWith('1/') && opts.pid1Hidden) throw new Error(`EACCES: permission denied, stat '/proc/${path}'`);
       return { ino: get(path).netns, dev: 4 };
     },
     async readFile(path) {
@@ -76,6 +78,25 @@ describe('findNetnsByIp', () => {
     const fs = fakeProcFs([{ pid: 1, netns: 1, start: 1 }, { pid: 2, netns: 1, start: 2 }]);
     await assert.rejects(findNetnsByIp({ procFs: fs.procFs, checkOwnership }, '10.0.0.1'), /no network namespace on this node holds pod IP "10.0.0.1"/);
     assert.equal(fs.opened.length, 0);
+  });
+
+  it("when pid 1 cannot be inspected, the daemon's own netns is skipped instead", async () => {
+    const fs = fakeProcFs(
+      [
+        { pid: 1, netns: 1, start: 1 },
+        { pid: 50, netns: 1, start: 3 },
+        { pid: 300, netns: 30, start: 6 },
+      ],
+      { pid1Hidden: true, selfNetns: 1 },
+    );
+    const warnings: string[] = [];
+    await assert.rejects(
+      findNetnsByIp({ procFs: fs.procFs, checkOwnership, log: (level, m) => level === 'warn' && warnings.push(m) }, '10.0.0.1'),
+      /no network namespace on this node holds pod IP/,
+    );
+    assert.equal(fs.opened.length, 1, 'only netns 30 was entered');
+    assert.match(warnings[0] ?? '', /cannot inspect the host netns through pid 1/);
+    assert.equal((await findNetnsByIp({ procFs: fs.procFs, checkOwnership }, '10.1.1.6')).inode, 30);
   });
 
   it('processes that vanish during the scan and namespaces that cannot be checked are skipped', async () => {

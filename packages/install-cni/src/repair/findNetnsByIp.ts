@@ -21,6 +21,20 @@ interface Candidate {
 }
 
 /**
+ * `1/ns/net`; where pid 1 cannot be inspected (a sandbox's init, a hardened procfs) our own
+ * netns stands in: it is the host's when the daemon runs with hostNetwork, and never a pod's to
+ * repair otherwise. A pod IP is never in the host netns anyway (host-network pods are refused).
+ */
+async function hostNetnsIdentity(procFs: ProcFs, log: ScanLog): Promise<{ ino: number; dev: number }> {
+  try {
+    return await procFs.stat('1/ns/net');
+  } catch (err) {
+    log('warn', `cannot inspect the host netns through pid 1 (${(err as Error).message}); skipping this process's netns instead`);
+    return procFs.stat('self/ns/net');
+  }
+}
+
+/**
  * The network namespace holding `podIp`, found by scanning procfs (SPEC 6 "repair in place"):
  * every process's `ns/net` is grouped by inode, the host netns (`1/ns/net`) is skipped, and each
  * remaining netns is entered once to look for the address. When several namespaces hold it, the
@@ -32,7 +46,7 @@ export async function findNetnsByIp(options: FindNetnsByIpOptions, podIp: string
   const { procFs, checkOwnership } = options;
   const log: ScanLog = options.log ?? (() => {});
   const wanted = parsePodAddress(podIp).address;
-  const host = await procFs.stat('1/ns/net');
+  const host = await hostNetnsIdentity(procFs, log);
   const oldestByInode = new Map<number, Candidate>();
   const pids = (await procFs.readDir())
     .filter((e) => e.isDirectory && /^\d+$/.test(e.name))
