@@ -29,6 +29,8 @@ export interface FakeKubeApi {
   getPod(namespace: string, name: string): KubeObject | undefined;
   /** core/v1 Events created through `POST /api/v1/namespaces/<ns>/events`. */
   events: KubeObject[];
+  /** Bodies of pod DELETEs (DeleteOptions, e.g. preconditions), in order. */
+  deleteOptions: unknown[];
   setToken(token: string): void;
   /** Writes a kubeconfig for this server (the daemon's KUBECONFIG). */
   writeKubeconfig(path: string): void;
@@ -48,6 +50,7 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
   const namespaces = new Map<string, KubeObject>();
   const nodes = new Map<string, KubeObject>();
   const events: KubeObject[] = [];
+  const deleteOptions: unknown[] = [];
   const watchers = new Set<Watcher>();
   const requests: string[] = [];
 
@@ -138,6 +141,7 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       const key = `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}`;
       const pod = pods.get(key);
       if (!pod) return notFound(res, `pods "${m[2]}"`);
+      deleteOptions.push(parsed);
       const pre = (parsed as { preconditions?: { uid?: string; resourceVersion?: string } } | undefined)?.preconditions ?? {};
       if ((pre.uid !== undefined && pre.uid !== pod.metadata.uid) || (pre.resourceVersion !== undefined && pre.resourceVersion !== pod.metadata.resourceVersion)) {
         return failure(res, 409, 'Conflict', `Operation cannot be fulfilled on pods "${m[2]}": the precondition does not match`);
@@ -214,6 +218,7 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
     getNode: (name) => nodes.get(name),
     getPod: (namespace, name) => pods.get(`${namespace}/${name}`),
     events,
+    deleteOptions,
     upsertNamespace(ns) {
       const type = namespaces.has(ns.metadata.name) ? 'MODIFIED' : 'ADDED';
       const stored = stamp(ns, 'Namespace');
