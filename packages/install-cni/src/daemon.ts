@@ -42,6 +42,8 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   await checkInstallerPaths(settings);
   const closers: Closer[] = [];
   const readiness = { install: false, agent: false };
+  const agentFailure = new AbortController();
+  let agent: NodeAgent | undefined;
   let failure: unknown;
   const metrics = createMetrics();
   // Optional readiness taint (not upstream): lifted once installed and synced, never re-added.
@@ -73,8 +75,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     closers.push(() => logSink.close());
     const health = await startHealthServer(settings.readinessPort, () => readiness.install && readiness.agent);
     closers.push(() => health.close());
-    const agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
-    if (agent) closers.push(async () => agent.stop());
+    agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
     const handoff: HandoffServer = await startHandoffServer({
       socketPath: runDirPath(settings.cniAgentRunDir, PLUGIN_EVENT_SOCKET),
       handler: agent?.handler ?? noApiHandler({ agentNamespace: settings.podNamespace, excludeNamespaces: settings.excludeNamespaces }),
@@ -86,13 +87,21 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     if (repair) closers.push(async () => repair.stop());
     // The installer starts right away; /readyz waits for the agent's informers (SPEC 5.8).
     if (agent) {
-      void agent.synced.then(() => {
-        readiness.agent = true;
-        readinessChanged();
-      });
+      agent.ready.then(
+        () => {
+          readiness.agent = true;
+          readinessChanged();
+        },
+        (err: unknown) => {
+          // SPEC 4.11: the ambient agent failing to start is fatal; the installer loop stops.
+          logger.error('node agent failed to start', { error: err instanceof Error ? err.message : String(err) });
+          agentFailure.abort(err);
+        },
+      );
     } else readiness.agent = true;
     opts.onStarted?.({ readinessPort: health.port, metricsPort: metricsServer?.port, installer });
-    await installer.run(signal);
+    await installer.run(AbortSignal.any([signal, agentFailure.signal]));
+    if (agentFailure.signal.aborted) throw agentFailure.signal.reason;
   } catch (err) {
     failure = err;
     logger.error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });
@@ -104,11 +113,13 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       ambientEnabled: settings.ambientEnabled,
       disableSafeUpgrade: settings.ambientDisableSafeUpgrade,
       ownedConfig: isOwnedMode(settings),
-      lookup: opts.upgradeLookup,
+      lookup: opts.upgradeLookup ?? agent?.upgradeLookup,
       logger,
     });
     if (keep) logger.info('upgrade or reboot: leaving the plugin, its config and kubeconfig in place');
     else await installer.cleanup();
+    // In-pod rules of running pods are never removed; node-level ambient state only when not upgrading.
+    await agent?.stop(!keep);
   } catch (err) {
     logger.error('cleanup failed', { error: err instanceof Error ? err.message : String(err) });
     failure ??= err;
@@ -145,6 +156,19 @@ function startAgent(
     nativeNftables: settings.nativeNftables,
     ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
     captureEnv: process.env,
+    ambient: {
+      systemNamespace: settings.systemNamespace,
+      ztunnelUdsAddress: settings.ztunnelUdsAddress,
+      hostProcDir: settings.hostProcDir,
+      switchToHostNetns: settings.allowSwitchToHostNs,
+      nativeNftables: settings.nativeNftables,
+      ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
+      dnsCapture: settings.ambientDnsCapture,
+      ipv6: settings.ambientIpv6,
+      reconcilePodRules: settings.ambientReconcilePodRulesOnStartup,
+      ...(settings.hostProbeSnatIp ? { hostProbeSnatIp: settings.hostProbeSnatIp } : {}),
+      ...(settings.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: settings.hostProbeSnatIpv6 } : {}),
+    },
     logger: logger.with({ component: 'agent' }),
     registry,
     installerNotReady,

@@ -268,3 +268,47 @@ describe('bounded concurrency', () => {
     assert.equal(results.filter((r) => 'error' in r && r.error.code === 11).length, 3);
   });
 });
+
+describe('ambient ADD', () => {
+  function ambientHarness(fail?: Error) {
+    const h = harness({ ambient: true, pods: [plainPod('amb', 'default', { 'istio.io/dataplane-mode': 'ambient' })] });
+    const adds: { ips: readonly string[]; netns: string | undefined }[] = [];
+    h.deps.ambient = {
+      ...h.deps.ambient,
+      dataplane: {
+        async addPodToMesh(_pod, ips, netns) {
+          adds.push({ ips, netns });
+          if (fail) throw fail;
+        },
+        async removePodFromMesh() {},
+        async syncPodIps() {},
+      },
+    };
+    return { h, adds };
+  }
+  const req = (): HandoffRequest => ({
+    ...request('ADD', 'default', 'amb'),
+    ips: [{ address: '10.0.0.9/24' }, { address: '::ffff:10.0.0.10/120' }, { address: 'fd00::9/64' }],
+  });
+
+  it('enrols the pod with the IPs of the CNI result (prefix dropped, IPv4-mapped unmapped) and its netns', async () => {
+    const { h, adds } = ambientHarness();
+    const out = await createNodeAgentHandler(h.deps).handle(req());
+    assert.deepEqual(out, { protocol: 1, verdict: 'enrolled' });
+    assert.deepEqual(adds, [{ ips: ['10.0.0.9', '10.0.0.10', 'fd00::9'], netns: '/var/run/netns/amb' }]);
+  });
+
+  it('fails closed with code 11 when ztunnel has not taken the pod', async () => {
+    const { RetryableError } = await import('../src/ambient/meshDataplane.ts');
+    const { h } = ambientHarness(new RetryableError('ztunnel did not take the pod: no ztunnel connection'));
+    const out = await createNodeAgentHandler(h.deps).handle(req());
+    assert.deepEqual(out, { error: { code: 11, msg: 'ztunnel did not take the pod: no ztunnel connection' } });
+  });
+
+  it('answers a non-retryable failure with code 999', async () => {
+    const { NonRetryableError } = await import('../src/ambient/meshDataplane.ts');
+    const { h } = ambientHarness(new NonRetryableError('failed to open the pod\'s network namespace'));
+    const out = await createNodeAgentHandler(h.deps).handle(req());
+    assert.equal('error' in out && out.error.code, 999);
+  });
+});

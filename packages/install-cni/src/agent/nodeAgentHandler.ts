@@ -12,6 +12,13 @@ import type { HandoffError, HandoffRequest, HandoffVerdict, Logger } from '@isti
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { AgentMetrics } from './agentMetrics.ts';
+import { NonRetryableError, RetryableError, redirectionState, type MeshDataplane } from '../ambient/meshDataplane.ts';
+
+/** `::ffff:10.0.0.5` → `10.0.0.5` (upstream unmaps IPv4-mapped addresses from the event). */
+function unmapIpv4(ip: string): string {
+  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  return m ? (m[1] as string) : ip;
+}
 
 /** The capture side effects, behind an interface so the decisions are tested without root. */
 export interface SidecarCapture {
@@ -23,6 +30,8 @@ export interface SidecarCapture {
 export interface AmbientPolicy {
   enabled: boolean;
   selectors: readonly EnablementSelector[];
+  /** Enrols ambient pods; absent while the ambient agent is still starting. */
+  dataplane?: MeshDataplane;
 }
 
 export interface NodeAgentDeps {
@@ -56,7 +65,7 @@ interface Attachment {
   name: string;
   uid: string;
   netns: string;
-  mode: 'sidecar';
+  mode: 'sidecar' | 'ambient';
 }
 
 export interface NodeAgentHandler {
@@ -96,7 +105,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     }
     const { pod } = found;
     if (deps.ambient.enabled && ambientEnabledFor(pod, found.namespace, deps.ambient.selectors)) {
-      return error(CODE.tryAgain, 'pod selected for ambient mode, which this agent does not program yet');
+      return addAmbient(request, pod, log);
     }
     const decision = sidecarDecision(pod);
     if (!decision.redirect) return verdict('skipped', decision.reason);
@@ -119,10 +128,39 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     return verdict('redirected', outcome);
   }
 
+  async function addAmbient(request: HandoffRequest, pod: Pod, log: Logger): Promise<Outcome> {
+    const dataplane = deps.ambient.dataplane;
+    if (dataplane === undefined) return error(CODE.tryAgain, 'ambient node agent is still starting');
+    // The API has no pod IP yet at ADD time: the primary plugin's result has it (SPEC 4.2).
+    const ips = request.ips.map((ip) => unmapIpv4(ip.address.split('/')[0] ?? ''));
+    try {
+      await deps.limiter.run(() => dataplane.addPodToMesh(pod, ips, request.netns));
+    } catch (err) {
+      // Fail closed: the pod must not start before ztunnel has it (SPEC 4.2).
+      if (err instanceof RetryableError || err instanceof LimiterFullError) return error(CODE.tryAgain, err.message);
+      if (err instanceof NonRetryableError) return error(CODE.internal, err.message);
+      throw err;
+    }
+    attachments.set(attachmentKey(request.containerId, request.ifName), {
+      namespace: request.pod.namespace,
+      name: request.pod.name,
+      uid: pod.metadata.uid ?? request.pod.uid,
+      netns: request.netns,
+      mode: 'ambient',
+    });
+    log.info('pod enrolled in ambient mode');
+    return verdict('enrolled');
+  }
+
   async function check(request: HandoffRequest): Promise<Outcome> {
     if (localSkipReason(request.pod.name, request.pod.namespace, deps.policy)) return verdict('ok');
     const found = await lookupPod(request);
     if (found === undefined) return error(CODE.internal, `pod ${request.pod.namespace}/${request.pod.name} not found`);
+    if (deps.ambient.enabled && ambientEnabledFor(found.pod, found.namespace, deps.ambient.selectors)) {
+      return redirectionState(found.pod) === 'enabled'
+        ? verdict('ok')
+        : error(CODE.tryAgain, 'ambient pod is not enrolled (yet)');
+    }
     const decision = sidecarDecision(found.pod);
     if (!decision.redirect) return verdict('ok', decision.reason);
     let missing: string[];

@@ -3,7 +3,13 @@ import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCapture
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
 import { loadKubeConfig, type KubeConfigSource } from '../kube/loadKubeConfig.ts';
-import { watchCluster } from '../kube/watchCluster.ts';
+import { watchCluster, type ClusterWatch } from '../kube/watchCluster.ts';
+import { createDaemonSetLookup } from '../kube/daemonSetLookup.ts';
+import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
+import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
+import type { MeshDataplane } from '../ambient/meshDataplane.ts';
+import { startAmbient, type Ambient, type AmbientOptions } from '../ambient/startAmbient.ts';
+import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { createAgentMetrics } from './agentMetrics.ts';
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
@@ -28,14 +34,19 @@ export interface NodeAgentOptions {
   registry: Registry;
   /** `undefined` when the installer is ready, else why not. */
   installerNotReady(): string | undefined;
+  /** Ambient settings; required when `ambientEnabled`. */
+  ambient?: Omit<AmbientOptions, 'view' | 'synced' | 'annotator' | 'policy' | 'logger' | 'registry'> & { systemNamespace: string };
 }
 
 export interface NodeAgent {
   handler: HandoffHandler;
-  /** Resolves once the pod and namespace informers are synced. */
-  synced: Promise<void>;
+  /** Resolves once the informers are synced and, with ambient, the start-up reconciliation ran. */
+  ready: Promise<void>;
   notReadyReason(): string | undefined;
-  stop(): void;
+  /** The DaemonSet lookup for the upgrade-safe shutdown (ambient only). */
+  upgradeLookup?: DaemonSetLookup;
+  /** `cleanup`: not an upgrade, so node-level ambient state (host rules, probe sets) goes too. */
+  stop(cleanup: boolean): Promise<void>;
 }
 
 export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
@@ -48,14 +59,32 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     env: captureEnvironmentFrom(options.captureEnv),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
   });
+  const ambientPolicy: { enabled: boolean; selectors: readonly EnablementSelector[]; dataplane?: MeshDataplane } = {
+    enabled: options.ambientEnabled,
+    selectors: options.ambientSelectors,
+  };
+  let ambient: Ambient | undefined;
+  const ambientStarting = options.ambientEnabled ? startAmbientFor(kc, cluster, options) : undefined;
+  const ready = (async () => {
+    await cluster.synced;
+    if (ambientStarting === undefined) return;
+    ambient = await ambientStarting;
+    ambientPolicy.dataplane = ambient.dataplane;
+    await ambient.ready;
+  })();
   const notReadyReason = (): string | undefined =>
-    options.installerNotReady() ?? (cluster.view.isSynced() ? undefined : 'pod and namespace watches not synced yet');
+    options.installerNotReady() ??
+    (!cluster.view.isSynced()
+      ? 'pod and namespace watches not synced yet'
+      : options.ambientEnabled && !ambient?.isReady()
+        ? 'ambient node agent still starting'
+        : undefined);
   const handler = createNodeAgentHandler({
     view: cluster.view,
     reader: cluster.reader,
     capture,
     policy: { agentNamespace: options.podNamespace, excludeNamespaces: options.excludeNamespaces },
-    ambient: { enabled: options.ambientEnabled, selectors: options.ambientSelectors },
+    ambient: ambientPolicy,
     limiter: createConcurrencyLimiter(options.concurrency ?? 4, options.maxQueued ?? 1000),
     logger: options.logger,
     notReadyReason,
@@ -63,8 +92,34 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   });
   return {
     handler: (request) => handler.handle(request),
-    synced: cluster.synced,
+    ready,
     notReadyReason,
-    stop: () => cluster.stop(),
+    ...(options.ambientEnabled
+      ? { upgradeLookup: createDaemonSetLookup(kc, options.podNamespace, () => nodeLabels(kc, options.nodeName)) }
+      : {}),
+    async stop(cleanup) {
+      cluster.stop();
+      const a = ambient ?? (await ambientStarting?.catch(() => undefined));
+      await a?.stop(cleanup);
+    },
   };
+}
+
+async function nodeLabels(kc: KubeConfig, nodeName: string): Promise<Record<string, string>> {
+  const node = await kc.makeApiClient(CoreV1Api).readNode({ name: nodeName });
+  return node.metadata?.labels ?? {};
+}
+
+function startAmbientFor(kc: KubeConfig, cluster: ClusterWatch, options: NodeAgentOptions): Promise<Ambient> {
+  const a = options.ambient;
+  if (a === undefined) return Promise.reject(new Error('ambient enabled without ambient settings'));
+  return startAmbient({
+    ...a,
+    view: cluster.view,
+    synced: cluster.synced,
+    annotator: createPodAnnotator(kc),
+    policy: { selectors: options.ambientSelectors, excludeNamespaces: options.excludeNamespaces, systemNamespace: a.systemNamespace },
+    logger: options.logger.with({ component: 'ambient' }),
+    registry: options.registry,
+  });
 }

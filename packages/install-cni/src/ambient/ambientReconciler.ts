@@ -54,6 +54,8 @@ function sameIps(a: readonly string[], b: readonly string[]): boolean {
 export interface AmbientReconciler {
   /** Registers the informer handlers; events queue up from then on. */
   start(): void;
+  /** Queues every (non-ztunnel) pod of the node once: the start-up pass over existing pods. */
+  resyncAll(): void;
   stop(): void;
   /** Exported for testing purposes only. */
   queue: WorkQueue<ReconcileEvent>;
@@ -171,6 +173,12 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
         else if (type === 'delete') queue.add({ type: 'delete', namespace, name, pod });
         // New pods arrive through the CNI ADD; existing ones through the snapshot and namespaces.
       });
+    },
+    resyncAll() {
+      for (const pod of view.listPods()) {
+        if (isZtunnelPod(pod, policy.systemNamespace)) continue;
+        queue.add({ type: 'update', namespace: pod.metadata.namespace ?? '', name: pod.metadata.name ?? '', old: undefined });
+      }
     },
     stop: () => queue.stop(),
   };

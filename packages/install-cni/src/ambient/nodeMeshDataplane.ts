@@ -1,0 +1,152 @@
+import { AnnotationError, ambientPodOverrides, type AmbientConfig, type Pod } from '@istio-cni/capture';
+import {
+  applyAmbientPodRules,
+  deleteAmbientPodRules,
+  openCniNetns,
+  type AmbientRuleBackend,
+  type AmbientRulesDeps,
+  type NetnsHandle,
+  type PodNetnsCache,
+  type PodNetnsProcFinder,
+  type ProbeSetManager,
+  type WorkloadInfo,
+  type ZtunnelServer,
+} from '@istio-cni/dataplane';
+import type { Logger } from '@istio-cni/handoff';
+import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
+import {
+  NonRetryableError,
+  REDIRECTION_ANNOTATION,
+  RetryableError,
+  podIps,
+  type MeshDataplane,
+} from './meshDataplane.ts';
+
+export interface NodeMeshDataplaneDeps {
+  rules: AmbientRulesDeps;
+  backend: AmbientRuleBackend;
+  config: AmbientConfig;
+  cache: PodNetnsCache;
+  /** Finds netns for pods enrolled by the informer (no CNI path): SPEC 4.3 "from procfs". */
+  finder(): Promise<PodNetnsProcFinder>;
+  /** Prefix for CNI netns paths (`/host` in the DaemonSet, where the host's /var/run is mounted). */
+  hostRoot: string;
+  sets: ProbeSetManager;
+  ztunnel: ZtunnelServer;
+  annotator: PodAnnotator;
+  logger: Logger;
+}
+
+export function workloadOf(pod: Pod): WorkloadInfo {
+  return {
+    name: pod.metadata.name ?? '',
+    namespace: pod.metadata.namespace ?? '',
+    serviceAccount: pod.spec?.serviceAccountName || 'default',
+  };
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * SPEC 4.9 on this node: in-pod rules, the ztunnel hand-over, the host probe set and the
+ * enrolment annotation, in that order, each step idempotent so an informer retry converges.
+ */
+export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDataplane {
+  const { cache, logger } = deps;
+
+  async function netnsFor(pod: Pod, uid: string, ips: readonly string[], netnsPath: string | undefined): Promise<NetnsHandle> {
+    if (netnsPath !== undefined && netnsPath !== '') return openCniNetns(netnsPath, { hostRoot: deps.hostRoot });
+    const cached = cache.get(uid);
+    if (cached !== undefined && !cached.closed) return cached;
+    const workload = workloadOf(pod);
+    const finder = await deps.finder();
+    const found = await finder.findNetnsForPods(
+      new Map([[uid, { uid, name: workload.name, namespace: workload.namespace, serviceAccount: workload.serviceAccount, ips }]]),
+    );
+    const hit = found.get(uid);
+    if (hit === undefined) throw new Error('no process of the pod found in procfs with a network namespace holding its IPs');
+    return hit.netns;
+  }
+
+  return {
+    async addPodToMesh(pod, ips, netnsPath) {
+      const uid = pod.metadata.uid ?? '';
+      const log = logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` });
+      if (uid === '') throw new NonRetryableError('pod has no UID');
+      const workload = workloadOf(pod);
+      cache.ensure(uid, workload);
+      let netns: NetnsHandle;
+      try {
+        netns = cache.upsert(uid, workload, await netnsFor(pod, uid, ips, netnsPath));
+      } catch (err) {
+        cache.remove(uid);
+        throw new NonRetryableError(`failed to open the pod's network namespace: ${message(err)}`);
+      }
+      try {
+        const { overrides, warnings } = ambientPodOverrides(pod);
+        for (const w of warnings) log.warn(w);
+        await applyAmbientPodRules(deps.rules, {
+          netns,
+          config: deps.config,
+          backend: deps.backend,
+          overrides,
+          reconcile: deps.config.reconcile,
+        });
+      } catch (err) {
+        cache.remove(uid);
+        if (err instanceof AnnotationError) throw new NonRetryableError(err.message);
+        throw new NonRetryableError(`failed to program in-pod redirection: ${message(err)}`);
+      }
+      try {
+        await netns.use(() => deps.ztunnel.podAdded(uid, workload, netns.fd));
+      } catch (err) {
+        // Rules are in place but ztunnel has not taken the pod: traffic is captured, not yet served.
+        await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'pending').catch((e: unknown) =>
+          log.warn('failed to annotate pod as pending', { error: message(e) }),
+        );
+        throw new RetryableError(`ztunnel did not take the pod: ${message(err)}`);
+      }
+      try {
+        await deps.sets.addPod(uid, ips);
+      } catch (err) {
+        throw new RetryableError(`failed to add the pod to the host probe set: ${message(err)}`);
+      }
+      try {
+        await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'enabled');
+      } catch (err) {
+        throw new RetryableError(`failed to annotate the pod: ${message(err)}`);
+      }
+    },
+
+    async removePodFromMesh(pod, isDelete) {
+      const uid = pod.metadata.uid ?? '';
+      const log = logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` });
+      const { keptForOtherPods } = await deps.sets.removePod(uid, podIps(pod));
+      for (const e of keptForOtherPods) {
+        log.warn('probe-set entry for this IP belongs to another pod; left in place', { ip: e.ip, owner: e.uid });
+      }
+      const netns = cache.take(uid);
+      try {
+        if (netns !== undefined && !isDelete) {
+          await deleteAmbientPodRules(deps.rules, { netns, config: deps.config, backend: deps.backend });
+        } else if (netns === undefined && !isDelete) {
+          log.warn('network namespace of the pod unknown; in-pod rules left in place');
+        }
+      } finally {
+        netns?.close();
+      }
+      await deps.ztunnel.podDeleted(uid);
+      try {
+        await deps.annotator.annotate(pod.metadata.namespace ?? '', pod.metadata.name ?? '', REDIRECTION_ANNOTATION, null);
+      } catch (err) {
+        if (!isDelete) throw err;
+      }
+    },
+
+    async syncPodIps(pod, ips) {
+      await deps.sets.addPod(pod.metadata.uid ?? '', ips);
+    },
+  };
+}

@@ -1,0 +1,218 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ambientConfigFromOptions, ambientPodOverrides, type AmbientConfig, type Pod } from '@istio-cni/capture';
+import {
+  applyAmbientPodRules,
+  createAmbientHostRules,
+  createExecCommandRunner,
+  createIpsetProbeSets,
+  createNetnsOwnershipCheck,
+  createNftProbeSets,
+  createPodNetnsCache,
+  createPodNetnsProcFinder,
+  createProcFs,
+  createScratchNetnsOpener,
+  createZtunnelServer,
+  deleteAmbientHostRules,
+  detectIptablesBackend,
+  findKubeletUid,
+  syncProbeSets,
+  type AmbientPod,
+  type AmbientRuleBackend,
+  type AmbientRulesDeps,
+  type PodNetnsProcFinder,
+  type ZtunnelServer,
+} from '@istio-cni/dataplane';
+import type { Logger } from '@istio-cni/handoff';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { ClusterView } from '../kube/clusterView.ts';
+import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
+import { createAmbientReconciler, isZtunnelPod, type AmbientPolicy, type AmbientReconciler } from './ambientReconciler.ts';
+import { isTerminal, podIps, redirectionState, type MeshDataplane } from './meshDataplane.ts';
+import { createNodeMeshDataplane, workloadOf } from './nodeMeshDataplane.ts';
+
+export interface AmbientOptions {
+  view: ClusterView;
+  /** Resolves when the informers are synced. */
+  synced: Promise<void>;
+  annotator: PodAnnotator;
+  policy: AmbientPolicy;
+  ztunnelUdsAddress: string;
+  /** HOST_PROC_DIR, e.g. `/host/proc`. */
+  hostProcDir: string;
+  /** ALLOW_SWITCH_TO_HOST_NS: host rules and sets go into `<hostProcDir>/1/ns/net`. */
+  switchToHostNetns: boolean;
+  nativeNftables: boolean;
+  forceIptablesBinary?: string;
+  dnsCapture: boolean;
+  ipv6: boolean;
+  reconcilePodRules: boolean;
+  hostProbeSnatIp?: string;
+  hostProbeSnatIpv6?: string;
+  logger: Logger;
+  registry: Registry;
+}
+
+export interface Ambient {
+  dataplane: MeshDataplane;
+  /** Resolves when the start-up reconciliation is done and ztunnel may connect (SPEC 4.11). */
+  ready: Promise<void>;
+  isReady(): boolean;
+  /** `cleanup`: remove host rules and sets (not an upgrade, SPEC 4.12). Closes ZDS either way. */
+  stop(cleanup: boolean): Promise<void>;
+}
+
+/** The directory the host's filesystem is mounted at, derived from HOST_PROC_DIR (`/host/proc` → `/host`). */
+export function hostRootOf(hostProcDir: string): string {
+  const root = hostProcDir.replace(/\/+$/, '').replace(/\/proc$/, '');
+  return root === '' ? '/' : root;
+}
+
+function ambientPod(pod: Pod): AmbientPod {
+  const w = workloadOf(pod);
+  return { uid: pod.metadata.uid ?? '', name: w.name, namespace: w.namespace, serviceAccount: w.serviceAccount, ips: podIps(pod) };
+}
+
+async function withRetries<T>(what: string, attempts: number, delayMs: number, log: Logger, fn: () => Promise<T>): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (i >= attempts) throw err;
+      log.warn(`${what} failed; retrying`, { attempt: i, error: err instanceof Error ? err.message : String(err) });
+      await sleep(delayMs);
+    }
+  }
+}
+
+/**
+ * The ambient node agent (SPEC 4): host rules and probe sets, the ZDS server, the enrolment
+ * dataplane, informer reconciliation and the start-up snapshot. Constructed before the plugin is
+ * installed; `ready` gates readiness.
+ */
+export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
+  const log = o.logger;
+  const runner = createExecCommandRunner();
+  const config: AmbientConfig = ambientConfigFromOptions({
+    enableIPv6: o.ipv6,
+    redirectDns: o.dnsCapture,
+    reconcile: o.reconcilePodRules,
+    ...(o.hostProbeSnatIp ? { hostProbeSnatIp: o.hostProbeSnatIp } : {}),
+    ...(o.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: o.hostProbeSnatIpv6 } : {}),
+  });
+  const hostNetns = o.switchToHostNetns ? `${o.hostProcDir}/1/ns/net` : undefined;
+  const backend: AmbientRuleBackend = o.nativeNftables
+    ? { kind: 'nft' }
+    : { kind: 'iptables', iptables: await detectIptablesBackend(runner, o.forceIptablesBinary ? { forceBinary: o.forceIptablesBinary } : {}) };
+  const rules: AmbientRulesDeps = { runner, openScratchNetns: createScratchNetnsOpener() };
+  const procFs = createProcFs(o.hostProcDir);
+  const sets = o.nativeNftables
+    ? createNftProbeSets({ runner, config, ...(hostNetns ? { netns: hostNetns } : {}) })
+    : createIpsetProbeSets({ runner, config, ...(hostNetns ? { netns: hostNetns } : {}) });
+  const kubeletUid = o.nativeNftables ? await findKubeletUid(procFs) : undefined;
+  const hostRules = { config, backend, ...(hostNetns ? { hostNetns } : {}), ...(kubeletUid !== undefined ? { kubeletUid } : {}) };
+
+  // Probe sets are not flushed here (upstream does): the snapshot sync below prunes what is stale,
+  // so probes of already-enrolled pods keep working through an agent restart.
+  await withRetries('creating host probe sets and rules', 11, 2000, log, async () => {
+    await sets.create();
+    await createAmbientHostRules(rules, hostRules);
+  });
+
+  const cache = createPodNetnsCache();
+  const connected = new Gauge({ name: 'ztunnel_connected', help: 'Number of ztunnels connected to the node agent.', registers: [o.registry] });
+  const reconcileEvents = new Counter({
+    name: 'nodeagent_reconcile_events_total',
+    help: 'Pod events processed by the ambient node agent.',
+    labelNames: ['type'],
+    registers: [o.registry],
+  });
+  const ztunnel: ZtunnelServer = createZtunnelServer({
+    path: o.ztunnelUdsAddress,
+    pods: {
+      readCurrentPodSnapshot: () =>
+        new Map(cache.snapshot().map((e) => [e.uid, { workload: e.workload, ...(e.netns && !e.netns.closed ? { netnsFd: e.netns.fd } : {}) }])),
+    },
+    logger: log.with({ component: 'ztunnel-server' }),
+    onConnectionCount: (n) => connected.set(n),
+  });
+
+  let finder: Promise<PodNetnsProcFinder> | undefined;
+  const getFinder = () =>
+    (finder ??= createPodNetnsProcFinder({
+      procFs,
+      checkOwnership: createNetnsOwnershipCheck(runner),
+      log: (level, msg) => log[level](msg),
+    }));
+  const dataplane = createNodeMeshDataplane({
+    rules,
+    backend,
+    config,
+    cache,
+    finder: getFinder,
+    hostRoot: hostRootOf(o.hostProcDir),
+    sets,
+    ztunnel,
+    annotator: o.annotator,
+    logger: log,
+  });
+  const reconciler: AmbientReconciler = createAmbientReconciler({
+    view: o.view,
+    dataplane,
+    policy: o.policy,
+    logger: log,
+    countEvent: (type) => reconcileEvents.inc({ type }),
+  });
+
+  let ready = false;
+  const readyPromise = (async () => {
+    await o.synced;
+    // SPEC 4.11: the pods this node had enrolled, as the API last saw them.
+    const snapshot = o.view
+      .listPods()
+      .filter((p) => !isZtunnelPod(p, o.policy.systemNamespace) && !isTerminal(p) && redirectionState(p) === 'enabled');
+    const sync = await syncProbeSets(sets, snapshot.map(ambientPod));
+    log.info('probe sets synced with the enrolled pods', {
+      pods: snapshot.length,
+      added: sync.added.length,
+      pruned: sync.pruned.length,
+      pruneSkipped: sync.pruneSkipped,
+    });
+    for (const e of sync.errors) log.warn('probe set sync', { error: e });
+    for (const p of snapshot) cache.ensure(p.metadata.uid ?? '', workloadOf(p));
+    const wanted = new Map(snapshot.map((p) => [p.metadata.uid ?? '', ambientPod(p)]));
+    const found = await (await getFinder()).findNetnsForPods(wanted);
+    for (const [uid, hit] of found) {
+      const netns = cache.upsert(uid, workloadOf(snapshot.find((p) => p.metadata.uid === uid) as Pod), hit.netns);
+      if (o.reconcilePodRules) {
+        const pod = snapshot.find((p) => p.metadata.uid === uid) as Pod;
+        try {
+          const { overrides } = ambientPodOverrides(pod);
+          await applyAmbientPodRules(rules, { netns, config, backend, overrides, reconcile: true });
+        } catch (err) {
+          log.warn('failed to reconcile in-pod rules', { pod: `${pod.metadata.namespace}/${pod.metadata.name}`, error: String(err) });
+        }
+      }
+    }
+    log.info('found network namespaces of enrolled pods', { enrolled: snapshot.length, found: found.size });
+    reconciler.start();
+    reconciler.resyncAll();
+    ztunnel.start();
+    ready = true;
+  })();
+  readyPromise.catch((err: unknown) => log.error('ambient start-up failed', { error: err instanceof Error ? err.message : String(err) }));
+
+  return {
+    dataplane,
+    ready: readyPromise,
+    isReady: () => ready,
+    async stop(cleanup) {
+      reconciler.stop();
+      await ztunnel.close().catch(() => undefined);
+      if (cleanup) {
+        await deleteAmbientHostRules(rules, hostRules).catch((err: unknown) => log.warn('failed to delete host rules', { error: String(err) }));
+        await sets.destroy().catch((err: unknown) => log.warn('failed to destroy probe sets', { error: String(err) }));
+      }
+      cache.closeAll();
+    },
+  };
+}
