@@ -1,3 +1,4 @@
+import { stat } from 'node:fs/promises';
 import type { NetnsHandle } from './netnsHandle.ts';
 import { parseProcCgroup, parseProcStarttime, podIdentityFromCgroups } from './parseProcCgroup.ts';
 import type { ProcFs } from './procFs.ts';
@@ -21,6 +22,12 @@ export interface PodNetnsProcFinderOptions {
   procFs: ProcFs;
   checkOwnership: NetnsOwnershipCheck;
   log?: ScanLog;
+  /**
+   * Absolute path of the host's netns file, when the caller knows it better than procfs does.
+   * Default: `1/ns/net` under the procfs root, or this process's own netns (`self/ns/net`, with a
+   * warning) when pid 1 cannot be inspected.
+   */
+  hostNetnsPath?: string;
 }
 
 export interface FoundPodNetns {
@@ -38,14 +45,32 @@ export interface PodNetnsProcFinder {
 }
 
 /**
- * SPEC 4.3 "From procfs". The host netns identity is read once here, from `1/ns/net`; any process
- * found in it is ignored, so a pod whose cgroup points at a host-netns process can never get the
- * host's namespace (istio issue 55139).
+ * The host netns identity. Where pid 1 cannot be inspected (a sandbox's init, a hardened procfs:
+ * EACCES even for root) our own netns stands in: it is the host's when the agent runs in the host
+ * netns (hostNetwork), which is the only set-up where procfs has pid 1 out of reach but pods in it.
+ */
+async function hostNetnsIdentity(options: PodNetnsProcFinderOptions, log: ScanLog): Promise<{ ino: number; dev: number }> {
+  if (options.hostNetnsPath !== undefined) {
+    const s = await stat(options.hostNetnsPath);
+    return { ino: s.ino, dev: s.dev };
+  }
+  try {
+    return await options.procFs.stat('1/ns/net');
+  } catch (err) {
+    log('warn', `cannot inspect the host netns through pid 1 (${(err as Error).message}); treating this process's netns as the host's`);
+    return options.procFs.stat('self/ns/net');
+  }
+}
+
+/**
+ * SPEC 4.3 "From procfs". The host netns identity is read once here (see `hostNetnsIdentity`);
+ * any process found in it is ignored, so a pod whose cgroup points at a host-netns process can
+ * never get the host's namespace (istio issue 55139).
  */
 export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOptions): Promise<PodNetnsProcFinder> {
   const { procFs, checkOwnership } = options;
   const log: ScanLog = options.log ?? (() => {});
-  const host = await procFs.stat('1/ns/net');
+  const host = await hostNetnsIdentity(options, log);
 
   async function processEntry(pid: string, observed: Set<number>, pods: ReadonlyMap<string, AmbientPod>): Promise<FoundPodNetns | undefined> {
     const netnsPath = `${pid}/ns/net`;

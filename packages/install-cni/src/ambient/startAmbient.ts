@@ -39,8 +39,13 @@ export interface AmbientOptions {
   ztunnelUdsAddress: string;
   /** HOST_PROC_DIR, e.g. `/host/proc`. */
   hostProcDir: string;
-  /** ALLOW_SWITCH_TO_HOST_NS: host rules and sets go into `<hostProcDir>/1/ns/net`. */
+  /** ALLOW_SWITCH_TO_HOST_NS: host rules and sets go into the host netns (`hostNetnsPath`). */
   switchToHostNetns: boolean;
+  /**
+   * The host's netns file. Default `<hostProcDir>/1/ns/net`; when that is unreadable the procfs
+   * scan falls back to the agent's own netns (with a warning).
+   */
+  hostNetnsPath?: string;
   nativeNftables: boolean;
   forceIptablesBinary?: string;
   dnsCapture: boolean;
@@ -99,7 +104,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     ...(o.hostProbeSnatIp ? { hostProbeSnatIp: o.hostProbeSnatIp } : {}),
     ...(o.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: o.hostProbeSnatIpv6 } : {}),
   });
-  const hostNetns = o.switchToHostNetns ? `${o.hostProcDir}/1/ns/net` : undefined;
+  const hostNetns = o.switchToHostNetns ? (o.hostNetnsPath ?? `${o.hostProcDir}/1/ns/net`) : undefined;
   const backend: AmbientRuleBackend = o.nativeNftables
     ? { kind: 'nft' }
     : { kind: 'iptables', iptables: await detectIptablesBackend(runner, o.forceIptablesBinary ? { forceBinary: o.forceIptablesBinary } : {}) };
@@ -142,6 +147,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       procFs,
       checkOwnership: createNetnsOwnershipCheck(runner),
       log: (level, msg) => log[level](msg),
+      ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
     }));
   const dataplane = createNodeMeshDataplane({
     rules,
