@@ -29,8 +29,10 @@ function env(host: ScratchHost, extra: Record<string, string> = {}): Record<stri
     MOUNTED_CNI_NET_DIR: host.netDir,
     SERVICE_ACCOUNT_DIR: host.saDir,
     CNI_AGENT_RUN_DIR: host.runDir,
-    KUBERNETES_SERVICE_HOST: '10.110.0.1',
-    KUBERNETES_SERVICE_PORT: '443',
+    // Loopback with nothing listening: the agent's API calls are refused at once, and no test
+    // ever sends traffic off this machine.
+    KUBERNETES_SERVICE_HOST: '127.0.0.1',
+    KUBERNETES_SERVICE_PORT: '9',
     READINESS_PORT: '0',
     ...extra,
   };

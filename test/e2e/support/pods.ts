@@ -71,20 +71,21 @@ export function hasSidecarCapture(rules: string): boolean {
 }
 
 export interface TrafficProbe {
-  /** What an outbound connection from the pod to 10.96.0.99:80 (no such service) reached. */
+  /** What an outbound connection from the pod to its gateway's port 9 (nothing listens) reached. */
   outbound: string;
   /** What a connection from the host to podIp:8080 (nothing listens there) reached. */
   inbound: string;
 }
 
 // Runs inside the pod's netns: Envoy's two capture ports answer with their own port, then one
-// outbound connection to an address nobody serves is tried.
+// outbound connection to the pod's gateway (the rig's own bridge on this machine) at a port nobody
+// serves. Uncaptured it is refused by this machine; the probe never sends traffic off the machine.
 const PROBE_SCRIPT = `
 const net = require('node:net');
 const serve = (port) => new Promise((ok) => net.createServer((s) => s.end('port ' + port)).listen(port, '0.0.0.0', ok));
 Promise.all([serve(15001), serve(15006)]).then(() => {
   console.log('ready');
-  const s = net.connect({ host: '10.96.0.99', port: 80 });
+  const s = net.connect({ host: process.argv[1], port: 9 });
   let data = '';
   s.setTimeout(3000, () => { console.log('outbound timeout'); s.destroy(); });
   s.on('data', (d) => (data += d));
@@ -111,7 +112,10 @@ async function connectOnce(host: string, port: number): Promise<string> {
 
 /** Sends real traffic both ways and reports where it landed: `port 15001` / `port 15006` means captured. */
 export async function probeTraffic(pod: StartedPod): Promise<TrafficProbe> {
-  const child = spawn('nsenter', [`--net=${pod.netnsPath}`, '--', process.execPath, '-e', PROBE_SCRIPT], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const gateway = pod.ip.replace(/\.\d+$/, '.1');
+  const child = spawn('nsenter', [`--net=${pod.netnsPath}`, '--', process.execPath, '-e', PROBE_SCRIPT, gateway], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   try {
     const lines = createInterface({ input: child.stdout });
     const iterator = lines[Symbol.asyncIterator]();

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmod, open, readdir, rename, rm } from 'node:fs/promises';
+import { chmod, constants, copyFile, open, readdir, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 /** Temp files are `<name>.tmp.<random>` next to the target, as upstream names them. */
@@ -12,10 +12,7 @@ export function tempPrefix(target: string): string {
  * the complete new one: temp file in the same directory, fsync, chmod, rename, directory fsync.
  */
 export async function atomicWrite(path: string, data: string | Uint8Array, mode: number): Promise<void> {
-  const dir = dirname(path);
-  const tmp = join(dir, tempPrefix(path) + randomBytes(6).toString('hex'));
-  let renamed = false;
-  try {
+  await atomicReplace(path, mode, async (tmp) => {
     const fh = await open(tmp, 'wx', mode);
     try {
       await fh.writeFile(data);
@@ -23,6 +20,31 @@ export async function atomicWrite(path: string, data: string | Uint8Array, mode:
     } finally {
       await fh.close();
     }
+  });
+}
+
+/**
+ * {@link atomicWrite} of a copy of `source`, done by the kernel (copy_file_range): a 100 MiB plugin
+ * binary never passes through the daemon's heap.
+ */
+export async function atomicCopy(source: string, path: string, mode: number): Promise<void> {
+  await atomicReplace(path, mode, async (tmp) => {
+    await copyFile(source, tmp, constants.COPYFILE_EXCL);
+    const fh = await open(tmp, 'r+');
+    try {
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+  });
+}
+
+async function atomicReplace(path: string, mode: number, fill: (tmp: string) => Promise<void>): Promise<void> {
+  const dir = dirname(path);
+  const tmp = join(dir, tempPrefix(path) + randomBytes(6).toString('hex'));
+  let renamed = false;
+  try {
+    await fill(tmp);
     // The umask may have trimmed the mode given to open().
     await chmod(tmp, mode);
     await rename(tmp, path);

@@ -1,7 +1,7 @@
-import { open, readFile, readdir, stat } from 'node:fs/promises';
+import { open, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '@istio-cni/handoff';
-import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
+import { atomicCopy, removeStaleTemps } from './atomicWrite.ts';
 import { recordWrite, type WriteStats } from './writeStats.ts';
 
 /** Identity of a file version: changes whenever the file is rewritten or replaced. */
@@ -15,15 +15,26 @@ function signature(st: { dev: number; ino: number; size: number; mtimeMs: number
  */
 export type VerifiedCopies = Map<string, string>;
 
-async function sameContent(a: string, b: Buffer): Promise<boolean> {
-  const fh = await open(a, 'r');
+const CHUNK = 1 << 20;
+
+/** Compares two files chunk by chunk, so memory stays at two chunks whatever their size. */
+async function sameContent(a: string, b: string): Promise<boolean> {
+  const [fa, fb] = await Promise.all([open(a, 'r'), open(b, 'r')]);
   try {
-    const st = await fh.stat();
-    if (st.size !== b.length) return false;
-    const data = await fh.readFile();
-    return data.equals(b);
+    const [sa, sb] = await Promise.all([fa.stat(), fb.stat()]);
+    if (sa.size !== sb.size) return false;
+    const ba = Buffer.allocUnsafe(CHUNK);
+    const bb = Buffer.allocUnsafe(CHUNK);
+    for (let pos = 0; pos < sa.size; ) {
+      const want = Math.min(CHUNK, sa.size - pos);
+      const [ra, rb] = await Promise.all([fa.read(ba, 0, want, pos), fb.read(bb, 0, want, pos)]);
+      if (ra.bytesRead !== want || rb.bytesRead !== want) return false;
+      if (!ba.subarray(0, want).equals(bb.subarray(0, want))) return false;
+      pos += want;
+    }
+    return true;
   } finally {
-    await fh.close();
+    await Promise.all([fa.close(), fb.close()]);
   }
 }
 
@@ -52,7 +63,6 @@ export async function copyBinaries(o: CopyBinariesOptions): Promise<Set<string>>
     if (!srcStat.isFile()) continue;
     names.add(entry.name);
     const mode = srcStat.mode & 0o7777;
-    let data: Buffer | undefined;
     for (const dir of o.targetDirs) {
       const dst = join(dir, entry.name);
       const stale = await removeStaleTemps(dst);
@@ -63,8 +73,7 @@ export async function copyBinaries(o: CopyBinariesOptions): Promise<Set<string>>
         const key = `${srcSig}|${signature(dstStat)}`;
         if (o.verified?.get(dst) === key) continue;
         if ((dstStat.mode & 0o7777) === mode) {
-          data ??= await readFile(src);
-          if (await sameContent(dst, data)) {
+          if (await sameContent(dst, src)) {
             o.verified?.set(dst, key);
             continue;
           }
@@ -72,9 +81,8 @@ export async function copyBinaries(o: CopyBinariesOptions): Promise<Set<string>>
       } catch {
         // Missing target: copy.
       }
-      data ??= await readFile(src);
-      await atomicWrite(dst, data, mode);
-      recordWrite(o.stats, dst, data);
+      await atomicCopy(src, dst, mode);
+      recordWrite(o.stats, dst, srcStat.size);
       o.verified?.set(dst, `${srcSig}|${signature(await stat(dst))}`);
       o.logger?.info('copied binary', { from: src, to: dst });
     }

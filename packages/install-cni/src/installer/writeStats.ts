@@ -8,8 +8,9 @@ export function newWriteStats(): WriteStats {
   return { bytesWritten: 0, filesWritten: [] };
 }
 
-export function recordWrite(stats: WriteStats | undefined, path: string, data: string | Uint8Array): void {
+/** `data` is what was written, or its size in bytes. */
+export function recordWrite(stats: WriteStats | undefined, path: string, data: string | Uint8Array | number): void {
   if (!stats) return;
-  stats.bytesWritten += typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
+  stats.bytesWritten += typeof data === 'number' ? data : typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
   stats.filesWritten.push(path);
 }
