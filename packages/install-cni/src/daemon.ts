@@ -148,7 +148,9 @@ function startAgent(
       servicePort: settings.k8sServicePort,
       serviceProtocol: settings.k8sServiceProtocol,
     },
-    nodeName: settings.k8sNodeName || settings.nodeName,
+    // NODE_NAME comes from the downward API (spec.nodeName); KUBERNETES_NODE_NAME falls back to the
+    // hostname, which is the pod's name when the agent is not on the host network.
+    nodeName: settings.nodeName || settings.k8sNodeName,
     podNamespace: settings.podNamespace,
     excludeNamespaces: settings.excludeNamespaces,
     ambientEnabled: settings.ambientEnabled,
