@@ -12,6 +12,8 @@ export interface PluginConfig {
   podNamespace: string;
   nativeNftables: boolean;
   enableAmbientDetectionRetry: boolean;
+  /** `force_iptables_binary` (written by our installer when the daemon has FORCE_IPTABLES_BINARY). */
+  forceIptablesBinary: string;
 }
 
 function invalid(key: string, expected: string, value: unknown): CniError {
@@ -63,5 +65,6 @@ export function parsePluginConfig(conf: NetConf): PluginConfig {
     podNamespace: stringKey(raw, 'pod_namespace', ''),
     nativeNftables: boolKey(raw, 'native_nftables'),
     enableAmbientDetectionRetry: boolKey(raw, 'enable_ambient_detection_retry'),
+    forceIptablesBinary: stringKey(raw, 'force_iptables_binary', ''),
   };
 }

@@ -153,6 +153,7 @@ describe('parsePluginConfig', () => {
       podNamespace: '',
       nativeNftables: false,
       enableAmbientDetectionRetry: false,
+      forceIptablesBinary: '',
     });
   });
 

@@ -33,6 +33,7 @@ export function cniConfigSettings(s: Settings): CniConfigSettings {
       podNamespace: s.podNamespace,
       nativeNftables: s.nativeNftables,
       enableAmbientDetectionRetry: s.enableAmbientDetectionRetry,
+      ...(s.forceIptablesBinary ? { forceIptablesBinary: s.forceIptablesBinary } : {}),
     },
   };
 }

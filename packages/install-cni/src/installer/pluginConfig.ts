@@ -13,6 +13,12 @@ export interface PluginConfigInput {
   podNamespace: string;
   nativeNftables: boolean;
   enableAmbientDetectionRetry: boolean;
+  /**
+   * FORCE_IPTABLES_BINARY of the daemon. Beyond upstream: written only when set, so the plugin's
+   * degraded mode picks the same iptables binaries as the agent (the plugin gets the runtime's
+   * environment, not the daemon's).
+   */
+  forceIptablesBinary?: string;
 }
 
 /** The plugin's own config object, keys in upstream's fixed order. */
@@ -31,6 +37,7 @@ export function buildPluginConfig(input: PluginConfigInput): JsonObject {
     pod_namespace: input.podNamespace,
     native_nftables: input.nativeNftables,
     enable_ambient_detection_retry: input.enableAmbientDetectionRetry,
+    ...(input.forceIptablesBinary ? { force_iptables_binary: input.forceIptablesBinary } : {}),
   };
 }
 

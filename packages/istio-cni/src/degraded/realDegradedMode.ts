@@ -25,12 +25,14 @@ async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
       (err as Error).message,
     );
   }
+  // The installer's copy of the daemon's setting wins; the runtime's environment is the fallback.
+  const forceIptablesBinary = config.forceIptablesBinary || process.env.FORCE_IPTABLES_BINARY;
   const capture = createSidecarCaptureManager({
     runner: createExecCommandRunner(),
     openScratchNetns: createScratchNetnsOpener(),
     nativeNftables: config.nativeNftables,
     env: captureEnvironmentFrom(process.env),
-    ...(process.env.FORCE_IPTABLES_BINARY ? { forceIptablesBinary: process.env.FORCE_IPTABLES_BINARY } : {}),
+    ...(forceIptablesBinary ? { forceIptablesBinary } : {}),
   });
   return {
     getPod: (ns, name) => getPod(kubeconfig, ns, name, REQUEST_TIMEOUT_MS),
