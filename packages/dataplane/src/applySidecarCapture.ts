@@ -3,7 +3,7 @@ import { applyNftRules, verifyNftRules } from './applyNftRules.ts';
 import type { CommandRunner } from './commandRunner.ts';
 import { configureTproxyRoutes } from './configureTproxyRoutes.ts';
 import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
-import { detectPodIpv6 } from './detectPodIpv6.ts';
+import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
 import type { IptablesState } from './iptablesState.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
 
@@ -27,6 +27,8 @@ export interface ApplySidecarCaptureOptions {
   tproxyRoutes?: boolean;
   /** ISTIO_DUAL_STACK: any global IPv6 address enables IPv6 rules. */
   dualStack?: boolean;
+  /** The pod's addresses from the CNI result; when usable they replace the probe of the netns. */
+  podIps?: readonly string[];
   reconcile?: boolean;
   /** Chosen iptables binaries; detected inside the netns when absent. */
   iptablesBackend?: IptablesBackend;
@@ -45,7 +47,9 @@ export interface SidecarCaptureResult {
  * leaves the namespace as it was.
  */
 export async function applySidecarCapture(deps: SidecarCaptureDeps, options: ApplySidecarCaptureOptions): Promise<SidecarCaptureResult> {
-  const ipv6 = await detectPodIpv6(deps.runner, options.netns, { dualStack: options.dualStack === true });
+  const ipv6 =
+    ipv6EnabledFromResultIps(options.podIps ?? [], options.dualStack === true) ??
+    (await detectPodIpv6(deps.runner, options.netns, { dualStack: options.dualStack === true }));
   const plan = options.plan({ ipv6 });
   let outcome: SidecarCaptureResult['outcome'];
   if (plan.backend === 'nft') {

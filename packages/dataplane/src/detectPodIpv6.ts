@@ -57,3 +57,16 @@ export async function detectPodIpv6(runner: CommandRunner, netns: string, option
     });
   }
 }
+
+/**
+ * The same decision from the primary network's CNI result (`prevResult.ips`, `address/prefix`),
+ * which lists the pod's own interface addresses: saves entering the netns on the ADD path.
+ * `undefined` when the result has no address (the caller then inspects the netns).
+ */
+export function ipv6EnabledFromResultIps(cidrs: readonly string[], dualStack: boolean): boolean | undefined {
+  const addresses: InterfaceAddress[] = cidrs.map((cidr) => {
+    const address = cidr.split('/')[0] ?? '';
+    return { ifname: 'eth0', family: address.includes(':') ? 'inet6' : 'inet', address, scope: 'global' };
+  });
+  return addresses.some(usable) ? ipv6Enabled(addresses, dualStack) : undefined;
+}

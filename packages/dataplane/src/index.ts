@@ -53,7 +53,7 @@ export {
   xtablesRunOptions,
 } from './applyIptablesRules.ts';
 export { applyNftRules, type ApplyNftRulesOptions, type NftDeps, nftScriptTables, verifyNftRules, type VerifyNftRulesOptions } from './applyNftRules.ts';
-export { detectPodIpv6, type InterfaceAddress, ipv6Enabled, parseIpAddrJson } from './detectPodIpv6.ts';
+export { detectPodIpv6, type InterfaceAddress, ipv6Enabled, ipv6EnabledFromResultIps, parseIpAddrJson } from './detectPodIpv6.ts';
 export { configureTproxyRoutes, type TproxyRouteOptions } from './configureTproxyRoutes.ts';
 export {
   applySidecarCapture,

@@ -19,8 +19,11 @@ export interface SidecarCaptureManagerOptions {
 }
 
 export interface SidecarCaptureManager {
-  /** Programs the pod's capture rules in `netns`; returns the apply outcome. */
-  apply(pod: Pod, netns: string): Promise<string>;
+  /**
+   * Programs the pod's capture rules in `netns`; returns the apply outcome. `podIps` (from the CNI
+   * result) decide the IP family without entering the netns.
+   */
+  apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
   /** Differences between `netns` and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
 }
@@ -74,10 +77,10 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     });
 
   return {
-    async apply(pod, netns) {
+    async apply(pod, netns, podIps) {
       const planned = plan(pod, netns);
       const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-      const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra });
+      const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
       return typeof outcome === 'string'
         ? outcome
         : Object.entries(outcome).map(([family, o]) => `${family}:${o}`).join(',');

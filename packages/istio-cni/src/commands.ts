@@ -34,7 +34,7 @@ export interface PluginDeps {
 }
 
 export interface DegradedRunner {
-  add(config: PluginConfig, k8s: K8sArgs, netns: string, log: Logger): Promise<DegradedOutcome>;
+  add(config: PluginConfig, k8s: K8sArgs, netns: string, podIps: readonly string[], log: Logger): Promise<DegradedOutcome>;
   check(config: PluginConfig, k8s: K8sArgs, netns: string): Promise<void>;
 }
 
@@ -119,7 +119,7 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
           throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable; retry once it is running', err.message);
         }
         log.warn('istio-cni node agent unreachable; deciding in the plugin', { error: err.message });
-        const outcome = await deps.degraded.add(config, k8s, args.netns, log);
+        const outcome = await deps.degraded.add(config, k8s, args.netns, prevResultIps(conf).map((ip) => ip.address), log);
         log.info('pod handled in degraded mode', { ...outcome });
       }
       return passThrough(conf);

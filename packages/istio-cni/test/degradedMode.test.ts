@@ -67,49 +67,49 @@ const code = (n: number, msg?: RegExp) => (err: unknown) => err instanceof CniEr
 describe('degraded ADD (agent unreachable)', () => {
   it('passes a plain pod through', async () => {
     const deps = fakeDeps(plain);
-    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', log, policy), { action: 'skipped', reason: 'pod has no istio-proxy container' });
+    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), { action: 'skipped', reason: 'pod has no istio-proxy container' });
     assert.deepEqual(deps.applied, []);
   });
 
   it('programs the capture rules for a sidecar pod itself', async () => {
     const deps = fakeDeps(sidecar);
-    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', log, policy), { action: 'redirected', outcome: 'applied' });
+    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), { action: 'redirected', outcome: 'applied' });
     assert.deepEqual(deps.applied, ['/ns']);
   });
 
   it('fails an ambient pod closed with code 11', async () => {
     const deps = fakeDeps(plain, { namespace: ambientNs });
-    await assert.rejects(degradedAdd(deps, config(true), k8s, '/ns', log, policy), code(11, /ambient pod/));
+    await assert.rejects(degradedAdd(deps, config(true), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /ambient pod/));
   });
 
   it('retries transient API errors within the deadline', async () => {
     const deps = fakeDeps([new ApiRequestError('HTTP 503'), new ApiRequestError('HTTP 503')]);
-    const out = await degradedAdd(deps, config(), k8s, '/ns', log, policy);
+    const out = await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy);
     assert.equal(out.action, 'redirected');
     assert.equal(deps.clock, 2_000);
   });
 
   it('gives up with code 11 at the deadline', async () => {
     const deps = fakeDeps(Array.from({ length: 100 }, () => new ApiRequestError('connection refused')));
-    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', log, policy), code(11, /after 5 attempt\(s\): connection refused/));
+    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /after 5 attempt\(s\): connection refused/));
     assert.ok(deps.clock < policy.deadlineMs);
   });
 
   it('reports Unauthorized as such, without retrying', async () => {
     const deps = fakeDeps([new ApiUnauthorizedError('Unauthorized: the API server rejected the istio-cni token (expired or revoked?)')]);
-    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', log, policy), code(11, /Unauthorized/));
+    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /Unauthorized/));
     assert.equal(deps.clock, 0);
   });
 
   it('fails with code 7 naming the annotation for an invalid annotation, applying nothing', async () => {
     const bad: Pod = { ...sidecar, metadata: { ...sidecar.metadata, annotations: { ...sidecar.metadata.annotations, 'sidecar.istio.io/interceptionMode': 'MAGIC' } } };
     const deps = fakeDeps(bad);
-    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', log, policy), code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/));
+    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/));
     assert.deepEqual(deps.applied, []);
   });
 
   it('answers 11 for a pod the API does not have', async () => {
-    await assert.rejects(degradedAdd(fakeDeps(undefined), config(), k8s, '/ns', log, policy), code(11, /not found/));
+    await assert.rejects(degradedAdd(fakeDeps(undefined), config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /not found/));
   });
 });
 

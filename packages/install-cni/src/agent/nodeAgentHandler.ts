@@ -22,7 +22,7 @@ function unmapIpv4(ip: string): string {
 
 /** The capture side effects, behind an interface so the decisions are tested without root. */
 export interface SidecarCapture {
-  apply(pod: Pod, netns: string): Promise<string>;
+  apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
   /** Differences between the netns and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
 }
@@ -111,7 +111,8 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     if (!decision.redirect) return verdict('skipped', decision.reason);
     let outcome: string;
     try {
-      outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns));
+      const podIps = request.ips.map((ip) => ip.address);
+      outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns, podIps));
     } catch (err) {
       if (err instanceof AnnotationError) return error(CODE.invalidConfig, err.message);
       if (err instanceof LimiterFullError) return error(CODE.tryAgain, `istio-cni agent is busy: ${err.message}`);

@@ -15,7 +15,7 @@ import { ApiUnauthorizedError } from './apiReader.ts';
 export interface DegradedDeps {
   getPod(namespace: string, name: string): Promise<Pod | undefined>;
   getNamespace(name: string): Promise<Namespace | undefined>;
-  applySidecar(pod: Pod, netns: string): Promise<string>;
+  applySidecar(pod: Pod, netns: string, podIps: readonly string[]): Promise<string>;
   verifySidecar(pod: Pod, netns: string): Promise<string[]>;
   sleep(ms: number): Promise<void>;
   now(): number;
@@ -96,13 +96,14 @@ export async function degradedAdd(
   config: PluginConfig,
   k8s: K8sArgs,
   netns: string,
+  podIps: readonly string[],
   log: Logger,
   policy: RetryPolicy = DEFAULT_RETRY,
 ): Promise<DegradedOutcome> {
   const c = await classify(deps, config, k8s, policy);
   if (c.kind === 'skip' || c.pod === undefined) return { action: 'skipped', reason: c.reason };
   try {
-    const outcome = await deps.applySidecar(c.pod, netns);
+    const outcome = await deps.applySidecar(c.pod, netns, podIps);
     log.info('sidecar capture programmed by the plugin (agent unreachable)', { outcome });
     return { action: 'redirected', outcome };
   } catch (err) {

@@ -37,15 +37,21 @@ async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
   return {
     getPod: (ns, name) => getPod(kubeconfig, ns, name, REQUEST_TIMEOUT_MS),
     getNamespace: (name) => getNamespace(kubeconfig, name, REQUEST_TIMEOUT_MS),
-    applySidecar: (pod, netns) => capture.apply(pod, netns),
+    applySidecar: (pod, netns, podIps) => capture.apply(pod, netns, podIps),
     verifySidecar: (pod, netns) => capture.verify(pod, netns),
     sleep: (ms) => sleep(ms),
     now: () => Date.now(),
   };
 }
 
-export async function runDegradedAdd(config: PluginConfig, k8s: K8sArgs, netns: string, log: Logger): Promise<DegradedOutcome> {
-  return degradedAdd(await realDeps(config), config, k8s, netns, log);
+export async function runDegradedAdd(
+  config: PluginConfig,
+  k8s: K8sArgs,
+  netns: string,
+  podIps: readonly string[],
+  log: Logger,
+): Promise<DegradedOutcome> {
+  return degradedAdd(await realDeps(config), config, k8s, netns, podIps, log);
 }
 
 export async function runDegradedCheck(config: PluginConfig, k8s: K8sArgs, netns: string): Promise<void> {
