@@ -38,3 +38,4 @@ clean:
 	rm -rf dist build
 
 include mk/e2e.mk
+include mk/image.mk

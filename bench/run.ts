@@ -5,6 +5,7 @@
 import { benchApplySidecarRules } from './applySidecarRules.ts';
 import { benchInstaller } from './installer.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
+import { benchSidecarAdd } from './sidecarAdd.ts';
 
 const runs = Number.parseInt(process.env.RUNS ?? '30', 10);
 console.log(`# istio-cni benchmarks (Node ${process.version}, ${runs} runs per scenario, ${new Date().toISOString()})`);
@@ -19,6 +20,7 @@ if (process.getuid?.() === 0) {
   for (const s of samples) {
     console.log(`| ${s.backend} | ${s.runs} | ${s.applyMedianMs.toFixed(1)} | ${s.nsenterMedianMs.toFixed(1)} | ${s.ratio.toFixed(2)} |`);
   }
+  await benchSidecarAdd(runs);
 } else {
   console.log('\n(skipping netns benchmarks: not root)');
 }
