@@ -6,7 +6,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 UNIT_TESTS := packages/*/test/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
-.PHONY: all build typecheck test test-unit test-integration bench e2e clean
+.PHONY: all build typecheck test test-fast test-unit test-integration bench e2e clean
 
 all: build
 
@@ -27,8 +27,14 @@ test-unit: node_modules
 test-integration: build
 	$(NODE) --test --test-reporter=spec --test-concurrency=1 $(INTEGRATION_TESTS)
 
-# The one test command: type check, unit + golden, then integration against the real kernel.
+# The one test command: type check, unit + golden, integration against the real kernel, then the
+# e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
 test: typecheck build
+	$(NODE) --test --test-reporter=spec --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+	$(MAKE) e2e
+
+# Everything but e2e, for a quick loop.
+test-fast: typecheck build
 	$(NODE) --test --test-reporter=spec --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 
 bench: build
