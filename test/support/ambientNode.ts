@@ -1,0 +1,181 @@
+/**
+ * A scratch "node" for ambient tests: a node netns (where the daemon, its host rules and probe
+ * sets live) and pod sandboxes joined to it by veth pairs, each with a "pause" process in the pod
+ * netns whose cgroup path carries the pod UID the way the kubelet's cgroupfs driver writes it
+ * (`…/kubepods/besteffort/pod<uid>/<container id>`), so the agent's procfs scan can find it.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KubeObject } from './fakeKubeApi.ts';
+import { TEST_NODE } from './meshPods.ts';
+
+export interface NetnsRef {
+  name: string;
+  path: string;
+}
+
+export interface PodSandbox {
+  uid: string;
+  namespace: string;
+  name: string;
+  netns: NetnsRef;
+  ip: string;
+  /** The node's address on this pod's veth (the pod's default gateway). */
+  gateway: string;
+  containerId: string;
+  /** The pause process: lives in the pod netns and the pod's cgroup. */
+  pause: ChildProcess;
+  inode: number;
+  /** Kills the pause process, removes its cgroup and the netns (idempotent). */
+  remove(): Promise<void>;
+}
+
+export interface AmbientNode {
+  netns: NetnsRef;
+  /** Creates a pod sandbox with IP 10.<a>.<b>.2 (node side .1) for index 0..16383. */
+  addPod(namespace: string, name: string, index: number, options?: { uid?: string; pause?: boolean }): Promise<PodSandbox>;
+  /** A non-enrolled netns routed through the node (10.95.0.2): traffic from it is forwarded, not local. */
+  addPeer(): NetnsRef;
+  remove(): Promise<void>;
+}
+
+function ip(...args: string[]): void {
+  execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+function ipBatch(netns: string, lines: string[]): void {
+  execFileSync('ip', ['-n', netns, '-batch', '-'], { input: [...lines, ''].join('\n'), stdio: ['pipe', 'ignore', 'pipe'] });
+}
+
+function deleteNetns(name: string): void {
+  try {
+    execFileSync('ip', ['netns', 'delete', name], { stdio: 'ignore' });
+  } catch {
+    // already gone
+  }
+}
+
+/** A cgroup hierarchy we may create directories in: cgroup v1 `pids`, else the v2 root. */
+function cgroupRoot(): string {
+  if (existsSync('/sys/fs/cgroup/pids/cgroup.procs')) return '/sys/fs/cgroup/pids';
+  if (existsSync('/sys/fs/cgroup/cgroup.controllers')) return '/sys/fs/cgroup';
+  if (existsSync('/sys/fs/cgroup/unified/cgroup.procs')) return '/sys/fs/cgroup/unified';
+  throw new Error('no writable cgroup hierarchy found under /sys/fs/cgroup');
+}
+
+function removeCgroupTree(dir: string): void {
+  if (!existsSync(dir)) return;
+  for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) removeCgroupTree(join(dir, e.name));
+  try {
+    rmdirSync(dir);
+  } catch {
+    // a process is still in it; it is reaped below
+  }
+}
+
+async function waitForNetns(pid: number, inode: number): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    try {
+      if (statSync(`/proc/${pid}/ns/net`).ino === inode) return;
+    } catch {
+      // not yet exec'd
+    }
+    await sleep(5);
+  }
+  throw new Error(`process ${pid} never entered netns inode ${inode}`);
+}
+
+export function createAmbientNode(): AmbientNode {
+  const id = randomBytes(3).toString('hex');
+  const netns = { name: `ambnode-${id}`, path: `/var/run/netns/ambnode-${id}` };
+  const created: string[] = [];
+  const sandboxes = new Set<PodSandbox>();
+  const cgroupTop = join(cgroupRoot(), `istio-cni-test-${id}`);
+  ip('netns', 'add', netns.name);
+  created.push(netns.name);
+  ipBatch(netns.name, ['link set lo up']);
+  execFileSync('ip', ['netns', 'exec', netns.name, 'sysctl', '-qw', 'net.ipv4.ip_forward=1'], { stdio: 'ignore' });
+
+  /** `vn` names the node side of the veth (≤ 15 characters, unique on the node). */
+  const attach = (name: string, vn: string, nodeIp: string, podIp: string, prefix: number): NetnsRef => {
+    const ref = { name, path: `/var/run/netns/${name}` };
+    ip('netns', 'add', name);
+    created.push(name);
+    ip('link', 'add', vn, 'netns', netns.name, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', name);
+    ipBatch(netns.name, [`addr add ${nodeIp}/${prefix} dev ${vn}`, `link set ${vn} up`]);
+    ipBatch(name, ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', `route add default via ${nodeIp}`]);
+    return ref;
+  };
+
+  return {
+    netns,
+    async addPod(namespace, name, index, options = {}) {
+      if (index < 0 || index > 16383) throw new Error(`pod index ${index} out of range 0..16383`);
+      const subnet = `10.${100 + (index >> 8)}.${index & 0xff}`;
+      const podIp = `${subnet}.2`;
+      const gateway = `${subnet}.1`;
+      const ref = attach(`ambpod-${id}-${index}`, `v${id}${index}`, gateway, podIp, 24);
+      const uid = options.uid ?? randomUUID();
+      const containerId = randomBytes(32).toString('hex');
+      const inode = statSync(ref.path).ino;
+      const cgroupDir = join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`, containerId);
+      let pause: ChildProcess | undefined;
+      if (options.pause !== false) {
+        mkdirSync(cgroupDir, { recursive: true });
+        pause = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
+        const pid = pause.pid;
+        if (pid === undefined) throw new Error('could not start the pause process');
+        writeFileSync(join(cgroupDir, 'cgroup.procs'), String(pid));
+        await waitForNetns(pid, inode);
+      }
+      const sandbox: PodSandbox = {
+        uid,
+        namespace,
+        name,
+        netns: ref,
+        ip: podIp,
+        gateway,
+        containerId,
+        pause: pause as ChildProcess,
+        inode,
+        async remove() {
+          sandboxes.delete(sandbox);
+          if (pause !== undefined && pause.exitCode === null && pause.signalCode === null) {
+            const exited = new Promise((r) => pause?.once('exit', r));
+            pause.kill('SIGKILL');
+            await exited;
+          }
+          removeCgroupTree(join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`));
+          deleteNetns(ref.name);
+        },
+      };
+      sandboxes.add(sandbox);
+      return sandbox;
+    },
+    addPeer() {
+      return attach(`ambpeer-${id}`, `v${id}p`, '10.95.0.1', '10.95.0.2', 24);
+    },
+    async remove() {
+      for (const s of [...sandboxes]) await s.remove();
+      removeCgroupTree(cgroupTop);
+      for (const name of created.reverse()) deleteNetns(name);
+    },
+  };
+}
+
+/** An ambient pod as the API serves it once running (IPs in the status; not labelled itself). */
+export function ambientPodObject(sandbox: Pick<PodSandbox, 'uid' | 'namespace' | 'name' | 'ip'>, labels: Record<string, string> = {}): KubeObject {
+  return {
+    metadata: { name: sandbox.name, namespace: sandbox.namespace, uid: sandbox.uid, labels: { app: sandbox.name, ...labels } },
+    spec: {
+      nodeName: TEST_NODE,
+      restartPolicy: 'Always',
+      serviceAccountName: `sa-${sandbox.name}`,
+      containers: [{ name: 'app', image: 'docker.io/library/nginx:1.27', ports: [{ containerPort: 8080, protocol: 'TCP' }] }],
+    },
+    status: { phase: 'Running', podIP: sandbox.ip, podIPs: [{ ip: sandbox.ip }], qosClass: 'BestEffort' },
+  };
+}
