@@ -27,7 +27,7 @@ export function validateNetworkName(networkName: string): void {
 
 /** `utils.ValidateInterfaceName`: the kernel's dev_valid_name rules; length counts UTF-8 bytes. */
 export function validateInterfaceName(ifName: string): void {
-  const length = new TextEncoder().encode(ifName).length;
+  const length = Buffer.byteLength(ifName, 'utf8');
   if (length === 0) throw new CniError(ErrorCode.InvalidEnvironment, 'interface name is empty');
   if (length > MAX_INTERFACE_NAME_LENGTH) {
     throw new CniError(
