@@ -83,6 +83,16 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
   const attachments = new Map<string, Attachment>();
   const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
 
+  function remember(request: HandoffRequest, pod: Pod, mode: Attachment['mode']): void {
+    attachments.set(attachmentKey(request.containerId, request.ifName), {
+      namespace: request.pod.namespace,
+      name: request.pod.name,
+      uid: pod.metadata.uid ?? request.pod.uid,
+      netns: request.netns,
+      mode,
+    });
+  }
+
   async function lookupPod(request: HandoffRequest): Promise<{ pod: Pod; namespace: Namespace | undefined } | undefined> {
     const { namespace, name, uid } = request.pod;
     let pod = deps.view.getPod(namespace, name);
@@ -118,13 +128,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       if (err instanceof LimiterFullError) return error(CODE.tryAgain, `istio-cni agent is busy: ${err.message}`);
       throw err;
     }
-    attachments.set(attachmentKey(request.containerId, request.ifName), {
-      namespace: request.pod.namespace,
-      name: request.pod.name,
-      uid: pod.metadata.uid ?? request.pod.uid,
-      netns: request.netns,
-      mode: 'sidecar',
-    });
+    remember(request, pod, 'sidecar');
     log.info('sidecar capture programmed', { outcome });
     return verdict('redirected', outcome);
   }
@@ -142,13 +146,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       if (err instanceof NonRetryableError) return error(CODE.internal, err.message);
       throw err;
     }
-    attachments.set(attachmentKey(request.containerId, request.ifName), {
-      namespace: request.pod.namespace,
-      name: request.pod.name,
-      uid: pod.metadata.uid ?? request.pod.uid,
-      netns: request.netns,
-      mode: 'ambient',
-    });
+    remember(request, pod, 'ambient');
     log.info('pod enrolled in ambient mode');
     return verdict('enrolled');
   }
