@@ -6,19 +6,17 @@
  * straight through. Without a ztunnel the ADD fails closed with the retryable code 11.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { createAmbientNode, ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
-import { duplicates, iptablesRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
+import { duplicates, iptablesRuleLines, probeSetEntries, probeSnatPackets } from '../support/ambientNodeState.ts';
 import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
+import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { notRootSkip } from '../support/podNetworkFixture.ts';
 import { startSocketWorker, type SocketWorker } from '../support/startSocketWorker.ts';
 
-const run = promisify(execFile);
 const NS = 'amb-traffic';
 const REDIRECTION = 'ambient.istio.io/redirection';
 const APP_UID = 1000;
@@ -32,15 +30,25 @@ function cniError(stdout: string): { code?: number; msg?: string } {
   return JSON.parse(stdout) as { code?: number; msg?: string };
 }
 
-/** Packets counted by the host probe SNAT rule (whichever xtables backend holds it). */
-async function snatPackets(netnsPath: string): Promise<number> {
-  let packets = 0;
-  for (const cmd of ['iptables-nft-save', 'iptables-legacy-save']) {
-    const { stdout } = await run('nsenter', [`--net=${netnsPath}`, '--', cmd, '-c', '-t', 'nat']).catch(() => ({ stdout: '' }));
-    for (const m of stdout.matchAll(/^\[(\d+):\d+\] -A ISTIO_POSTRT .*-j SNAT --to-source 169\.254\.7\.127$/gm)) packets += Number(m[1]);
-  }
-  return packets;
-}
+/** The nft host rule knows kubelet probes by socket owner: a fake kubelet runs as this uid. */
+const KUBELET_UID = 4242;
+
+const backends = [
+  {
+    name: 'iptables',
+    env: {},
+    sets: 'ipset',
+    inPod: [/-A ISTIO_OUTPUT .*-j REDIRECT --to-ports 15001/, /-A ISTIO_PRERT .*! --dport 15008 .*-j REDIRECT --to-ports 15006/],
+    host: [/-A POSTROUTING -j ISTIO_POSTRT/, /-A ISTIO_POSTRT -p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source 169.254.7.127/],
+  },
+  {
+    name: 'nftables',
+    env: { NATIVE_NFTABLES: 'true' },
+    sets: 'nft',
+    inPod: [/table inet istio-ambient-nat/, /redirect to :15001/, /redirect to :15006/, /table inet istio-ambient-mangle/],
+    host: [/table inet istio-ambient-nat/, new RegExp(`skuid ${KUBELET_UID} ip daddr @istio-inpod-probes-v4 counter .*snat ip to 169\\.254\\.7\\.127`)],
+  },
+] as const;
 
 async function waitUntil(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -50,7 +58,8 @@ async function waitUntil(what: string, check: () => Promise<boolean> | boolean, 
   }
 }
 
-describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip, timeout: 180_000 }, () => {
+for (const backend of backends) describe(`ambient ADD through the built plugin and daemon [${backend.name}]`, { skip: notRootSkip, timeout: 180_000 }, () => {
+  let kubelet: FakeKubelet | undefined;
   let node: AmbientNode;
   let rig: AmbientRig;
   let ztunnel: FakeZtunnel;
@@ -58,8 +67,10 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
   const workers: SocketWorker[] = [];
 
   before(async () => {
+    // Found by the agent's procfs scan at start-up (nft only).
+    if (backend.name === 'nftables') kubelet = await startFakeKubelet(KUBELET_UID);
     node = createAmbientNode();
-    rig = await startAmbientRig(node.netns.path);
+    rig = await startAmbientRig(node.netns.path, backend.env);
     await rig.startDaemon();
     rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
     ztunnel = await startFakeZtunnel({ path: rig.ztunnelPath, expectedNetns: (uid) => netnsOf.get(uid) });
@@ -70,6 +81,7 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
     ztunnel?.close();
     await rig?.close();
     await node?.remove();
+    await kubelet?.stop();
   });
 
   const sandbox = async (name: string, index: number): Promise<PodSandbox> => {
@@ -101,14 +113,12 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
     assert.equal(annotationOf(rig, pod), 'enabled');
 
     const rules = await netnsRuleset(pod.netns.path);
-    assert.match(rules, /-A ISTIO_OUTPUT .*-j REDIRECT --to-ports 15001/);
-    assert.match(rules, /-A ISTIO_PRERT .*! --dport 15008 .*-j REDIRECT --to-ports 15006/);
+    for (const re of backend.inPod) assert.match(rules, re);
     assert.deepEqual(duplicates(await iptablesRuleLines(pod.netns.path)), []);
 
-    assert.deepEqual(await probeSetEntries(node.netns.path), [{ ip: pod.ip, uid: pod.uid }]);
-    const hostRules = (await iptablesRuleLines(node.netns.path)).join('\n');
-    assert.match(hostRules, /nat -A POSTROUTING -j ISTIO_POSTRT/);
-    assert.match(hostRules, /-A ISTIO_POSTRT -p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source 169.254.7.127/);
+    assert.deepEqual(await probeSetEntries(node.netns.path, backend.sets), [{ ip: pod.ip, uid: pod.uid }]);
+    const hostRules = await netnsRuleset(node.netns.path);
+    for (const re of backend.host) assert.match(hostRules, re);
   });
 
   it('real traffic: app → 15001, inbound → 15006, HBONE not captured, node probe bypasses ztunnel', async () => {
@@ -122,8 +132,10 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
     const appServer = await worker(pod.netns.path);
     await appServer.listen({ proto: 'tcp', host: '0.0.0.0', port: 8080, name: 'app' });
     const app = await worker(pod.netns.path, APP_UID);
-    const kubelet = await worker(node.netns.path);
-    await kubelet.listen({ proto: 'tcp', host: pod.gateway, port: 8000, name: 'node' });
+    const nodeServer = await worker(node.netns.path);
+    await nodeServer.listen({ proto: 'tcp', host: pod.gateway, port: 8000, name: 'node' });
+    // iptables: any local socket of the node; nft: a socket of the kubelet's uid.
+    const prober = backend.name === 'nftables' ? await worker(node.netns.path, KUBELET_UID) : nodeServer;
     const peerNetns = node.addPeer();
     const peer = await worker(peerNetns.path);
 
@@ -139,9 +151,9 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
     assert.equal(hbone.listener, 'ztunnel-hbone', 'HBONE reaches ztunnel on 15008 itself, not the 15006 redirect');
     assert.deepEqual(hbone.local, { address: pod.ip, port: 15008 });
 
-    const probe = await kubelet.connect({ proto: 'tcp', host: pod.ip, port: 8080 });
+    const probe = await prober.connect({ proto: 'tcp', host: pod.ip, port: 8080 });
     assert.equal(probe.listener, 'app', 'a probe from the node reaches the app, not ztunnel');
-    assert.ok((await snatPackets(node.netns.path)) > 0, 'the probe went through the host SNAT rule');
+    assert.ok((await probeSnatPackets(node.netns.path)) > 0, 'the probe went through the host SNAT rule');
   });
 
   it('without a connected ztunnel the ADD fails with code 11 and the pod is not marked enabled', async () => {
@@ -154,7 +166,7 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
     assert.equal(err.code, 11, res.stdout);
     assert.match(err.msg ?? '', /ztunnel/);
     assert.notEqual(annotationOf(rig, pod2), 'enabled');
-    assert.ok(!(await probeSetEntries(node.netns.path)).some((e) => e.uid === pod2.uid), 'no probe-set entry for the refused pod');
+    assert.ok(!(await probeSetEntries(node.netns.path, backend.sets)).some((e) => e.uid === pod2.uid), 'no probe-set entry for the refused pod');
 
     // ztunnel comes back: the snapshot has every pod the agent holds, then the runtime's retry succeeds.
     await ztunnel.reconnect();
@@ -166,6 +178,6 @@ describe('ambient ADD through the built plugin and daemon', { skip: notRootSkip,
     assert.equal(annotationOf(rig, pod2), 'enabled');
     assert.deepEqual([...ztunnel.known].sort(), [pod.uid, pod2.uid].sort());
     assert.deepEqual(ztunnel.fdProblems, []);
-    assert.deepEqual((await probeSetEntries(node.netns.path)).map((e) => e.uid).sort(), [pod.uid, pod2.uid].sort());
+    assert.deepEqual((await probeSetEntries(node.netns.path, backend.sets)).map((e) => e.uid).sort(), [pod.uid, pod2.uid].sort());
   });
 });

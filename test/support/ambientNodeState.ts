@@ -13,8 +13,12 @@ export interface ProbeEntry {
   uid: string;
 }
 
-/** Entries of the `istio-inpod-probes-v4` ipset in a netns; empty when the set does not exist. */
-export async function probeSetEntries(netnsPath: string, set = 'istio-inpod-probes-v4'): Promise<ProbeEntry[]> {
+/**
+ * Entries of the `istio-inpod-probes-v4` probe set in a netns, as an ipset or (`nft`) in table
+ * `inet istio-ambient-nat`; empty when the set does not exist.
+ */
+export async function probeSetEntries(netnsPath: string, backend: 'ipset' | 'nft' = 'ipset', set = 'istio-inpod-probes-v4'): Promise<ProbeEntry[]> {
+  if (backend === 'nft') return nftSetEntries(netnsPath, set);
   let text: string;
   try {
     text = await inNetns(netnsPath, ['ipset', 'save', set]);
@@ -55,4 +59,37 @@ export function duplicates(lines: readonly string[]): string[] {
   const dup = new Set<string>();
   for (const l of lines) (seen.has(l) ? dup : seen).add(l);
   return [...dup];
+}
+
+interface NftSetJson {
+  nftables: { set?: { elem?: ({ elem?: { val?: unknown; comment?: string } } | string)[] } }[];
+}
+
+async function nftSetEntries(netnsPath: string, set: string): Promise<ProbeEntry[]> {
+  let text: string;
+  try {
+    text = await inNetns(netnsPath, ['nft', '-j', 'list', 'set', 'inet', 'istio-ambient-nat', set]);
+  } catch {
+    return [];
+  }
+  const entries: ProbeEntry[] = [];
+  for (const item of (JSON.parse(text) as NftSetJson).nftables) {
+    for (const e of item.set?.elem ?? []) {
+      if (typeof e === 'string') entries.push({ ip: e, uid: '' });
+      else entries.push({ ip: String(e.elem?.val ?? ''), uid: e.elem?.comment ?? '' });
+    }
+  }
+  return entries.sort((a, b) => a.ip.localeCompare(b.ip));
+}
+
+/** Packets counted so far by the host probe SNAT rule (iptables of either backend, or nft). */
+export async function probeSnatPackets(netnsPath: string): Promise<number> {
+  let packets = 0;
+  for (const cmd of ['iptables-nft-save', 'iptables-legacy-save']) {
+    const text = await inNetns(netnsPath, [cmd, '-c', '-t', 'nat']).catch(() => '');
+    for (const m of text.matchAll(/^\[(\d+):\d+\] -A ISTIO_POSTRT .*-j SNAT --to-source 169\.254\.7\.127$/gm)) packets += Number(m[1]);
+  }
+  const nft = await inNetns(netnsPath, ['nft', 'list', 'table', 'inet', 'istio-ambient-nat']).catch(() => '');
+  for (const m of nft.matchAll(/counter packets (\d+) bytes \d+ snat ip to 169\.254\.7\.127/g)) packets += Number(m[1]);
+  return packets;
 }
