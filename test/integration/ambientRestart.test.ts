@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { createAmbientNode, ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
 import { duplicates, iptablesRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
 import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
+import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { ANY_ISTIO_STATE, netnsRuleset } from '../support/netnsRuleset.ts';
@@ -28,7 +29,28 @@ async function waitUntil(what: string, check: () => Promise<boolean> | boolean, 
 
 const sorted = (uids: Iterable<string>) => [...uids].sort();
 
-describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unlabel', { skip: notRootSkip, timeout: 300_000 }, () => {
+const backends = [
+  { name: 'iptables', env: {}, sets: 'ipset' },
+  { name: 'nftables', env: { NATIVE_NFTABLES: 'true' }, sets: 'nft' },
+] as const;
+
+/** Rule lines of an nft ruleset dump, each prefixed with its table and chain (for duplicate checks). */
+function nftRuleLines(dump: string): string[] {
+  const out: string[] = [];
+  let table = '';
+  let chain = '';
+  const nft = dump.slice(Math.max(0, dump.indexOf('== nft list ruleset')));
+  for (const raw of nft.split('\n').slice(1)) {
+    const line = raw.trim();
+    if (line.startsWith('table ')) table = line;
+    else if (line.startsWith('chain ')) chain = line;
+    else if (line !== '}' && !line.startsWith('type ') && !line.startsWith('set ') && !line.startsWith('elements') && !line.startsWith('flags') && line !== '') out.push(`${table} ${chain} ${line}`);
+  }
+  return out;
+}
+
+for (const backend of backends) describe(`ambient agent: ztunnel reconnects, kill -9 and restart, namespace unlabel [${backend.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
+  let kubelet: FakeKubelet | undefined;
   let node: AmbientNode;
   let rig: AmbientRig;
   let ztunnel: FakeZtunnel;
@@ -36,8 +58,9 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
   let nextIndex = 0;
 
   before(async () => {
+    if (backend.name === 'nftables') kubelet = await startFakeKubelet(4242);
     node = createAmbientNode();
-    rig = await startAmbientRig(node.netns.path);
+    rig = await startAmbientRig(node.netns.path, backend.env);
     await rig.startDaemon();
     rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
     ztunnel = await startFakeZtunnel({ path: rig.ztunnelPath, expectedNetns: (uid) => pods.get(uid)?.netns.path });
@@ -47,6 +70,7 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
     ztunnel?.close();
     await rig?.close();
     await node?.remove();
+    await kubelet?.stop();
   });
 
   const newPod = async (): Promise<PodSandbox> => {
@@ -66,7 +90,7 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
   const state = async () =>
     [
       `pods: ${[...pods.values()].map((p) => `${p.name}=${p.uid}:${annotation(p)}`).join(' ')}`,
-      `probe set: ${JSON.stringify(await probeSetEntries(node.netns.path))}`,
+      `probe set: ${JSON.stringify(await probeSetEntries(node.netns.path, backend.sets))}`,
       `ztunnel known: ${sorted(ztunnel.known).join(' ')}`,
       `ztunnel log: ${ztunnel.log.slice(-40).join(', ')}`,
       `fd problems: ${ztunnel.fdProblems.join('; ')}`,
@@ -75,7 +99,7 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
   const converged = async () => {
     const want = sorted(pods.keys());
     if (![...pods.values()].every((p) => annotation(p) === 'enabled')) return false;
-    const entries = await probeSetEntries(node.netns.path);
+    const entries = await probeSetEntries(node.netns.path, backend.sets);
     if (JSON.stringify(sorted(entries.map((e) => e.uid))) !== JSON.stringify(want)) return false;
     if (!entries.every((e) => pods.get(e.uid)?.ip === e.ip)) return false;
     return JSON.stringify(sorted(ztunnel.known)) === JSON.stringify(want);
@@ -93,10 +117,16 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
     };
   };
   const assertNoDuplicateRules = async () => {
-    for (const p of pods.values()) assert.deepEqual(duplicates(await iptablesRuleLines(p.netns.path)), [], `duplicate rules in ${p.name}`);
+    for (const p of pods.values()) {
+      assert.deepEqual(duplicates(await iptablesRuleLines(p.netns.path)), [], `duplicate rules in ${p.name}`);
+      assert.deepEqual(duplicates(nftRuleLines(await netnsRuleset(p.netns.path))), [], `duplicate nft rules in ${p.name}`);
+    }
     const host = await iptablesRuleLines(node.netns.path);
     assert.deepEqual(duplicates(host), [], 'duplicate host rules');
-    assert.equal(host.filter((l) => l.endsWith('-A POSTROUTING -j ISTIO_POSTRT')).length, 1, host.join('\n'));
+    const hostNft = nftRuleLines(await netnsRuleset(node.netns.path));
+    assert.deepEqual(duplicates(hostNft), [], 'duplicate host nft rules');
+    if (backend.name === 'iptables') assert.equal(host.filter((l) => l.endsWith('-A POSTROUTING -j ISTIO_POSTRT')).length, 1, host.join('\n'));
+    else assert.equal(hostNft.filter((l) => l.includes('chain postrouting') && l.includes('snat ip to 169.254.7.127')).length, 1, hostNft.join('\n'));
   };
 
   it('ztunnel dropping mid-stream (during updates, then during a snapshot) loses nothing', async () => {
@@ -166,7 +196,7 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
     // The pods annotated before the kill are in the snapshot; the rest are enrolled by the informer (procfs).
     for (const p of enabledAtRestart) assert.ok(snapUids.includes(p.uid), `${p.name} in the snapshot`);
     await waitUntil('convergence after the restart', converged, state);
-    const entries = await probeSetEntries(node.netns.path);
+    const entries = await probeSetEntries(node.netns.path, backend.sets);
     assert.ok(!entries.some((e) => e.uid === goneEnrolled.uid || e.uid === goneInFlight.uid), 'no leaked probe-set entries');
 
     // The runtime's retries of ADDs cut short by the kill are harmless now.
@@ -188,7 +218,7 @@ describe('ambient agent: ztunnel reconnects, kill -9 and restart, namespace unla
     rig.api.upsertNamespace(namespaceObject(NS));
     await waitUntil(
       'every pod un-enrolled',
-      async () => members.every((p) => annotation(p) === undefined && ztunnel.dels.includes(p.uid)) && (await probeSetEntries(node.netns.path)).length === 0,
+      async () => members.every((p) => annotation(p) === undefined && ztunnel.dels.includes(p.uid)) && (await probeSetEntries(node.netns.path, backend.sets)).length === 0,
       state,
     );
     assert.deepEqual(sorted(ztunnel.known), []);
