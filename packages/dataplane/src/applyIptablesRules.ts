@@ -1,5 +1,5 @@
 import { buildIptablesReconcileDocument } from './buildIptablesReconcileDocument.ts';
-import type { CommandRunner, RunOptions } from './commandRunner.ts';
+import { CommandError, type CommandRunner, type RunOptions } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
 import { type IpFamily, type IptablesBackend, versionAtLeast } from './detectIptablesBackend.ts';
 import { diffIptablesState, type IptablesState, parseIptablesSave } from './iptablesState.ts';
@@ -38,6 +38,8 @@ const families: readonly IpFamily[] = ['ipv4', 'ipv6'];
  * before any is written, so a conflict changes nothing.
  */
 export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
+  const optimistic = await tryOptimisticRestore(deps, options);
+  if (optimistic !== undefined) return optimistic;
   const plans: { family: IpFamily; document: string; stdin?: string; outcome: ApplyOutcome }[] = [];
   for (const family of families) {
     const document = options.documents[family];
@@ -68,6 +70,31 @@ export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptab
     if (plan.stdin !== undefined) await restore(deps.runner, options.backend, plan.family, options.netns, plan.stdin);
     outcome[plan.family] = plan.outcome;
   }
+  return { outcome };
+}
+
+/**
+ * The common case, a fresh pod netns and one single-table document (the default REDIRECT sidecar
+ * is `*nat` only, IPv4 only), skips the state read: `iptables-restore --noflush` refuses to create
+ * a chain that exists, and a table commits atomically, so if any ISTIO_* chain is already there the
+ * restore fails, nothing changes, and the checked path below decides. Saves one exec per pod.
+ */
+async function tryOptimisticRestore(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult | undefined> {
+  if (options.reconcile === true) return undefined;
+  const planned = families.filter((f) => (options.documents[f] ?? '').trim() !== '');
+  const family = planned[0];
+  if (planned.length !== 1 || family === undefined) return undefined;
+  const document = options.documents[family] as string;
+  if (document.split('\n').filter((line) => line.startsWith('*')).length !== 1) return undefined;
+  if (!/^-N ISTIO/m.test(document)) return undefined;
+  try {
+    await restore(deps.runner, options.backend, family, options.netns, document);
+  } catch (err) {
+    if (err instanceof CommandError) return undefined;
+    throw err;
+  }
+  const outcome: ApplyIptablesResult['outcome'] = { ipv4: 'skipped', ipv6: 'skipped' };
+  outcome[family] = 'applied';
   return { outcome };
 }
 

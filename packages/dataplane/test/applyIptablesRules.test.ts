@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   applyIptablesRules,
+  CommandError,
   createRecordingCommandRunner,
   DataplaneError,
   type IptablesBackend,
@@ -17,8 +18,15 @@ const document = '* nat\n-N ISTIO_REDIRECT\n-A OUTPUT -j ISTIO_REDIRECT\n-A ISTI
 const canonical = '*nat\n:OUTPUT ACCEPT [0:0]\n:ISTIO_REDIRECT - [0:0]\n-A OUTPUT -j ISTIO_REDIRECT\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n';
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
 
+/**
+ * A pod netns whose `-save` prints `podSave`; like the kernel, a `--noflush` restore that creates an
+ * ISTIO chain the pod already has fails (and changes nothing).
+ */
 function podWith(podSave: string) {
   return createRecordingCommandRunner(({ argv, options }) => {
+    if (argv[0]?.endsWith('-restore') && options.netns === netns && /:ISTIO/.test(podSave) && /^-N ISTIO/m.test(options.stdin ?? '')) {
+      return new CommandError('ERR_DATAPLANE_COMMAND_FAILED', { argv, netns, exitCode: 1, stdout: '', stderr: 'iptables-restore: line 2 failed' });
+    }
     if (!argv[0]?.endsWith('-save')) return undefined;
     return { stdout: options.netns === netns ? podSave : canonical, stderr: '' };
   });
@@ -45,7 +53,15 @@ test('the same state again is a no-op', async () => {
   const runner = podWith(canonical);
   const result = await applyIptablesRules({ runner, openScratchNetns: scratch }, { netns, backend: nft, documents: { ipv4: document } });
   assert.equal(result.outcome.ipv4, 'unchanged');
-  assert.ok(runner.calls.every((c) => !(c.options.netns === netns && c.argv[0]?.endsWith('-restore'))));
+  // Only the refused optimistic restore reached the pod; the checked path wrote nothing.
+  assert.equal(runner.calls.filter((c) => c.options.netns === netns && c.argv[0]?.endsWith('-restore')).length, 1);
+});
+
+test('a single-table document into a fresh netns skips the state read (one exec)', async () => {
+  const runner = podWith('');
+  const result = await applyIptablesRules({ runner, openScratchNetns: scratch }, { netns, backend: nft, documents: { ipv4: document } });
+  assert.equal(result.outcome.ipv4, 'applied');
+  assert.deepEqual(runner.calls.map((c) => c.argv[0]), ['iptables-nft-restore']);
 });
 
 test('a different state without reconcile is refused and nothing is written', async () => {
@@ -59,7 +75,7 @@ test('a different state without reconcile is refused and nothing is written', as
       return true;
     },
   );
-  assert.ok(runner.calls.every((c) => !(c.options.netns === netns && c.argv[0]?.endsWith('-restore'))));
+  assert.equal(runner.calls.filter((c) => c.options.netns === netns && c.argv[0]?.endsWith('-restore')).length, 1);
 });
 
 test('reconcile rewrites a different state in one restore', async () => {
