@@ -176,6 +176,11 @@ for (const backend of backends) describe(`ambient agent: ztunnel reconnects, kil
     assert.equal(await rig.daemon.stop('SIGKILL'), null, 'killed by the signal');
     const results = await Promise.all(adds);
     assert.ok(results.some((r) => r.code !== 0), 'at least one ADD was cut short by the kill');
+    for (const r of results.filter((x) => x.code !== 0)) {
+      // Fails closed with a CNI error; the runtime retries any failed ADD. (The code is 999 when the
+      // hand-off connection breaks mid-request, 11 when the agent is unreachable from the start.)
+      assert.equal(typeof (JSON.parse(r.stdout) as { code?: number }).code, 'number', `a cut-short ADD prints a CNI error: ${r.stdout}`);
+    }
     ztunnel.ackDelayMs = 0;
     await ztunnel.waitFor(() => !ztunnel.connected, 'ztunnel noticing the agent is gone');
     // While the agent is down, one enrolled pod and one in-flight pod are deleted for good.

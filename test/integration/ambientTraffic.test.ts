@@ -111,6 +111,7 @@ for (const backend of backends) describe(`ambient ADD through the built plugin a
     assert.deepEqual(add.workload, { name: 'app-0', namespace: NS, service_account: 'sa-app-0' });
     assert.deepEqual(ztunnel.fdProblems, []);
     assert.equal(annotationOf(rig, pod), 'enabled');
+    assert.match((await rig.get('metrics', '/metrics')).body, /^ztunnel_connected 1$/m);
 
     const rules = await netnsRuleset(pod.netns.path);
     for (const re of backend.inPod) assert.match(rules, re);
