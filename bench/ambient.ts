@@ -6,6 +6,7 @@
  * concurrent ADDs in pods/s, and the daemon's RSS with 250 enrolled pods. Netns creation and pod
  * registration are not timed. Run alone with `node bench/ambient.ts` (RUNS, default 30).
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ambientPodObject, createAmbientNode, type AmbientNode, type PodSandbox } from '../test/support/ambientNode.ts';
@@ -70,6 +71,22 @@ function assertEnrolled(rig: AmbientRig, ztunnel: FakeZtunnel, adds: PreparedAdd
     if (!ztunnel.known.has(sandbox.uid)) throw new Error(`ztunnel never got ${sandbox.name}`);
   }
   if (ztunnel.fdProblems.length > 0) throw new Error(`fd problems: ${ztunnel.fdProblems.join('; ')}`);
+}
+
+/** RssAnon and RssFile (the mapped executable's pages, shared and reclaimable) in KiB. */
+function rssParts(pid: number): { anonKiB?: number; fileKiB?: number } {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const field = (name: string) => {
+      const m = new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(status);
+      return m ? Number(m[1]) : undefined;
+    };
+    const anonKiB = field('RssAnon');
+    const fileKiB = field('RssFile');
+    return { ...(anonKiB !== undefined ? { anonKiB } : {}), ...(fileKiB !== undefined ? { fileKiB } : {}) };
+  } catch {
+    return {};
+  }
 }
 
 const mib = (kib: number | undefined) => (kib === undefined ? 'n/a' : (kib / 1024).toFixed(1));
@@ -149,6 +166,7 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     // Let the enrolment garbage go before sampling the steady state.
     await new Promise((r) => setTimeout(r, 2000));
     const rssKiB = readRssKiB(pid);
+    const parts = rssParts(pid);
     const probeEntries = (await probeSetEntries(node.netns.path)).length;
     if (probeEntries !== enrolled) throw new Error(`probe set holds ${probeEntries} entries, want ${enrolled}`);
 
@@ -160,6 +178,7 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     console.log(`| same burst, pods needing nothing (exec + hand-off ceiling), pods/s | ${plainPodsPerSecond.toFixed(1)} | |`);
     console.log(`| daemon RSS before enrolling the burst (${sequential.length} pods enrolled), MiB | ${mib(idleRssKiB)} | |`);
     console.log(`| daemon RSS with ${enrolled} enrolled pods, MiB | ${mib(rssKiB)} | ≤ ${TARGET_RSS_MIB} ${rssKiB !== undefined && rssKiB / 1024 <= TARGET_RSS_MIB ? '(met)' : '(NOT met)'} |`);
+    console.log(`| of which anonymous (heap, stacks) / file-backed (the executable), MiB | ${mib(parts.anonKiB)} / ${mib(parts.fileKiB)} | |`);
     console.log(`| daemon peak RSS while enrolling, MiB | ${mib(peakKiB)} | |`);
     return {
       addMedianMs: amb?.medianMs ?? Number.NaN,
