@@ -91,6 +91,9 @@ async function bundle(target: Target): Promise<string> {
     minify: true,
     legalComments: 'none',
     define: { 'globalThis.ISTIO_CNI_BUILD_VERSION': JSON.stringify(version) },
+    // A real import() cannot run in the SEA main script nor in the code-cache loader's vm.Script
+    // (no dynamic import callback): esbuild turns the lazy `import('node:https')` into require().
+    supported: { 'dynamic-import': false },
     logLevel: 'warning',
   });
   return outfile;
