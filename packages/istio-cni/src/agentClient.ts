@@ -16,6 +16,11 @@ export class AgentUnreachableError extends Error {
   override name = 'AgentUnreachableError';
 }
 
+function isConnectionLost(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === 'ECONNRESET' || code === 'EPIPE' || (err instanceof Error && /no header terminator|truncated HTTP/.test(err.message));
+}
+
 export interface AgentClient {
   /** Throws {@link AgentUnreachableError} when the agent is not there; other errors are protocol faults. */
   call(request: HandoffRequest): Promise<HandoffResponse>;
@@ -29,8 +34,9 @@ export function udsAgentClient(runDir: string, timeoutMs = HANDOFF_TIMEOUT_MS): 
       try {
         res = await postJson(socketPath, HANDOFF_PATH, request, timeoutMs);
       } catch (err) {
-        if (err instanceof UdsConnectError || err instanceof UdsTimeoutError) {
-          throw new AgentUnreachableError(err.message);
+        // Not there, not answering, or gone mid-request (a restart): all mean "try again later".
+        if (err instanceof UdsConnectError || err instanceof UdsTimeoutError || isConnectionLost(err)) {
+          throw new AgentUnreachableError((err as Error).message);
         }
         throw err;
       }

@@ -36,6 +36,15 @@ function isNotFound(err: unknown): boolean {
 }
 
 /**
+ * Drops `metadata.managedFields` (often a third of a pod's JSON, never read here) from a cached
+ * object. The same object sits in client-node's own cache, so both shrink.
+ */
+function slim(o: KubernetesObject): KubernetesObject {
+  if (o.metadata && 'managedFields' in o.metadata) delete (o.metadata as { managedFields?: unknown }).managedFields;
+  return o;
+}
+
+/**
  * Informers for the pods of this node (field selector `spec.nodeName=<node>`) and all namespaces.
  * client-node's ListWatch re-lists after `410 Gone` and diffs the new list against its cache (so a
  * pod deleted during a disconnect still produces a delete); any other failure stops it, and we
@@ -68,8 +77,8 @@ export function watchCluster(kc: KubeConfig, options: WatchClusterOptions): Clus
       return result;
     };
     const lw = new ListWatch<KubernetesObject>(path, watch, listFn, false, undefined, selector);
-    lw.on(ADD, (o) => store.upsert(o as unknown as T));
-    lw.on(UPDATE, (o) => store.upsert(o as unknown as T));
+    lw.on(ADD, (o) => store.upsert(slim(o) as unknown as T));
+    lw.on(UPDATE, (o) => store.upsert(slim(o) as unknown as T));
     lw.on(DELETE, (o) => store.delete(o as unknown as T));
     return new Promise<void>((resolve) => {
       lw.on(ERROR, (err) => {
