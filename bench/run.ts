@@ -2,6 +2,7 @@
  * `make bench`: every figure is a ratio against a baseline measured in the same run, or an
  * absolute count (bytes, RSS). RUNS (default 30) sets the samples per scenario.
  */
+import { benchAmbient } from './ambient.ts';
 import { benchApplySidecarRules } from './applySidecarRules.ts';
 import { benchInstaller } from './installer.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
@@ -21,6 +22,7 @@ if (process.getuid?.() === 0) {
     console.log(`| ${s.backend} | ${s.runs} | ${s.applyMedianMs.toFixed(1)} | ${s.nsenterMedianMs.toFixed(1)} | ${s.ratio.toFixed(2)} |`);
   }
   await benchSidecarAdd(runs);
+  await benchAmbient(runs);
 } else {
   console.log('\n(skipping netns benchmarks: not root)');
 }
