@@ -1,6 +1,6 @@
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
 import { pauseImageRef, rigBinary } from './rigPaths.ts';
 import { runCommand } from './runCommand.ts';
@@ -30,6 +30,11 @@ export interface Containerd {
   readonly cniConfDir: string;
   /** The CRI plugin's CNI bin dir (scratch, empty at start). */
   readonly cniBinDir: string;
+  /**
+   * The kubepods-like cgroup parent of a pod (`/<rig root>/besteffort/pod<uid>`), as kubelet's
+   * cgroupfs driver names it: the ambient agent finds a pod's processes by the `pod<uid>` segment.
+   */
+  podCgroupParent(uid: string): string;
   readonly process: ManagedProcess;
   /** Runs crictl against this containerd only (never /etc/crictl.yaml). */
   crictl(args: readonly string[], options?: { timeoutMs?: number }): Promise<string>;
@@ -113,11 +118,13 @@ export async function startContainerd(): Promise<Containerd> {
     (await runCommand([crictlBin, '--config', crictlConfig, ...args], { timeoutMs: options.timeoutMs ?? 90_000 })).stdout;
 
   let sandboxCount = 0;
+  const cgroupRoot = `kubepods-${basename(dir)}`;
   const containerd: Containerd = {
     dir,
     socket,
     cniConfDir,
     cniBinDir,
+    podCgroupParent: (uid) => `/${cgroupRoot}/besteffort/pod${uid}`,
     process: proc,
     crictl,
     async waitNetworkReady(timeoutMs = 30_000) {
@@ -147,6 +154,7 @@ export async function startContainerd(): Promise<Containerd> {
       await proc.stop();
       await killProcessesMentioning(dir);
       await unmountUnder(dir);
+      removeCgroupTree(cgroupRoot);
       rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -181,6 +189,24 @@ async function killProcessesMentioning(dir: string): Promise<void> {
     } catch {
       // already gone
     }
+  }
+}
+
+/** runc removes a container's cgroup but not the parents kubelet would own: remove them, deepest first, in every hierarchy. */
+function removeCgroupTree(name: string): void {
+  const hierarchies = readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((e) => e.isDirectory());
+  for (const h of hierarchies) {
+    const top = join('/sys/fs/cgroup', h.name, name);
+    if (!existsSync(top)) continue;
+    const removeDirs = (d: string): void => {
+      for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) removeDirs(join(d, e.name));
+      try {
+        rmdirSync(d);
+      } catch {
+        // still in use (a process survived): the leak check reports the process
+      }
+    };
+    removeDirs(top);
   }
 }
 

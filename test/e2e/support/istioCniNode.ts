@@ -43,6 +43,8 @@ export interface IstioCniNode {
   readonly runDir: string;
   readonly serviceAccountDir: string;
   readonly kubeconfigPath: string;
+  /** ZTUNNEL_UDS_ADDRESS: the DaemonSet's /var/run/ztunnel mount, in the scratch dir. */
+  readonly ztunnelSocket: string;
   readonly readinessPort: number;
   readonly env: Record<string, string>;
   readonly args: string[];
@@ -97,6 +99,9 @@ export async function createIstioCniNode(options: IstioCniNodeOptions): Promise<
   const runDir = join(dir, 'var/run/istio-cni');
   const serviceAccountDir = join(dir, 'var/run/secrets/kubernetes.io/serviceaccount');
   const kubeconfigPath = join(runDir, 'istio-cni-kubeconfig');
+  const ztunnelDir = join(dir, 'var/run/ztunnel');
+  mkdirSync(ztunnelDir, { recursive: true });
+  const ztunnelSocket = join(ztunnelDir, 'ztunnel.sock');
   const configMap = findObject(options.objects, 'ConfigMap', 'istio-cni-config').data as Record<string, string>;
   const ds = findObject(options.objects, 'DaemonSet', 'istio-cni-node') as unknown as {
     spec: { template: { spec: { containers: Container[] } } };
@@ -118,6 +123,8 @@ export async function createIstioCniNode(options: IstioCniNodeOptions): Promise<
     MOUNTED_CNI_NET_DIR: containerd.cniConfDir,
     CNI_AGENT_RUN_DIR: runDir,
     SERVICE_ACCOUNT_DIR: serviceAccountDir,
+    ZTUNNEL_UDS_ADDRESS: ztunnelSocket,
+    // This machine is the host: its own procfs is the host's.
     HOST_PROC_DIR: '/proc',
     READINESS_PORT: String(readinessPort),
     MONITORING_PORT: String(monitoringPort),
@@ -141,6 +148,7 @@ export async function createIstioCniNode(options: IstioCniNodeOptions): Promise<
     runDir,
     serviceAccountDir,
     kubeconfigPath,
+    ztunnelSocket,
     readinessPort,
     env,
     args,

@@ -30,8 +30,13 @@ export async function createPodObject(cluster: Cluster, kind: PodKind, namespace
 }
 
 /** What kubelet does next: RunPodSandbox through CRI, which makes containerd run the CNI chain. */
-export async function runPod(containerd: Containerd, namespace: string, name: string, uid: string): Promise<StartedPod> {
-  const sandboxId = await containerd.runPodSandbox({ metadata: { name, namespace, uid }, hostname: name });
+/** `attempt` counts kubelet's retries of RunPodSandbox for the same pod. */
+export async function runPod(containerd: Containerd, namespace: string, name: string, uid: string, attempt = 0): Promise<StartedPod> {
+  const sandboxId = await containerd.runPodSandbox({
+    metadata: { name, namespace, uid, attempt },
+    hostname: name,
+    linux: { cgroup_parent: containerd.podCgroupParent(uid) },
+  });
   const { status, info } = await containerd.inspectPodSandbox(sandboxId);
   const spec = info.runtimeSpec as { linux: { namespaces: { type: string; path?: string }[] } };
   const netnsPath = spec.linux.namespaces.find((n) => n.type === 'network')?.path ?? '';
@@ -133,4 +138,60 @@ export async function probeTraffic(pod: StartedPod): Promise<TrafficProbe> {
     child.stdin?.end();
     child.kill('SIGKILL');
   }
+}
+
+export interface ContainerTermination {
+  exitCode: number;
+  reason?: string;
+  message?: string;
+}
+
+/**
+ * What kubelet reports once the sandbox runs: phase, podIP/podIPs, and optionally an init
+ * container whose last run terminated (state waiting in CrashLoopBackOff), through the real
+ * API's `pods/status` subresource with admin credentials.
+ */
+export async function reportPodStatus(
+  cluster: Cluster,
+  pod: StartedPod,
+  options: { phase?: string; initContainer?: { name: string; lastTerminated: ContainerTermination } } = {},
+): Promise<void> {
+  const status: Record<string, unknown> = {
+    phase: options.phase ?? 'Running',
+    podIP: pod.ip,
+    podIPs: [{ ip: pod.ip }],
+    hostIP: '127.0.0.1',
+  };
+  if (options.initContainer !== undefined) {
+    const { name, lastTerminated } = options.initContainer;
+    status.initContainerStatuses = [
+      {
+        name,
+        image: 'docker.io/istio/proxyv2:1.24.0',
+        imageID: '',
+        ready: false,
+        restartCount: 1,
+        started: false,
+        state: { waiting: { reason: 'CrashLoopBackOff', message: `back-off restarting failed container ${name}` } },
+        lastState: {
+          terminated: {
+            exitCode: lastTerminated.exitCode,
+            reason: lastTerminated.reason ?? 'Error',
+            ...(lastTerminated.message !== undefined ? { message: lastTerminated.message } : {}),
+            startedAt: new Date(Date.now() - 2000).toISOString(),
+            finishedAt: new Date(Date.now() - 1000).toISOString(),
+          },
+        },
+      },
+    ];
+  }
+  await cluster.api.must('PATCH', `/api/v1/namespaces/${pod.namespace}/pods/${pod.name}/status`, { status }, {
+    contentType: 'application/merge-patch+json',
+  });
+}
+
+/** The pod's annotations as the real API serves them. */
+export async function podAnnotations(cluster: Cluster, namespace: string, name: string): Promise<Record<string, string>> {
+  const pod = await cluster.api.must<{ metadata: { annotations?: Record<string, string> } }>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
+  return pod.metadata.annotations ?? {};
 }
