@@ -1,7 +1,9 @@
+import { resolve } from 'node:path';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-export const TESTDATA_ROOT = '/work/shared/upstream-testdata';
+// ../shared next to the repository root (the layout CI and developers share).
+export const TESTDATA_ROOT = resolve(import.meta.dirname, '../../../../shared/upstream-testdata');
 
 /** Line diff (longest common subsequence): `-` golden only, `+` produced only, `  ` both. */
 export function lineDiff(expected: string, actual: string): string {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { test } from 'node:test';
 import {
   AmbientDataplaneError,
@@ -16,7 +16,7 @@ import {
   type ProcFs,
 } from '@istio-cni/dataplane';
 
-const fixtureRoot = '/work/shared/upstream-testdata/cni/pkg/nodeagent/testdata/cgroupns';
+const fixtureRoot = resolve(import.meta.dirname, '../../../../shared/upstream-testdata/cni/pkg/nodeagent/testdata/cgroupns');
 const podA = '863b91d4-4b68-4efa-917f-4b560e3e86aa';
 const podB = 'aaaabbbb-cccc-dddd-eeee-ffff00001111';
 

@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { CommanderError } from 'commander';
 import { createRecordingCommandRunner } from '@istio-cni/dataplane';
@@ -6,7 +7,7 @@ import { istioIptablesCommand, type IstioIptablesCommandDeps } from '../src/comm
 
 /** Test support for the istio-iptables command tests: in-process runs and upstream golden access. */
 
-export const TESTDATA_ROOT = '/work/shared/upstream-testdata';
+export const TESTDATA_ROOT = resolve(import.meta.dirname, '../../../../shared/upstream-testdata');
 
 export interface CommandRun {
   readonly stdout: string;
