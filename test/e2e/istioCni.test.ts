@@ -1,10 +1,11 @@
 // Issue 8 scenarios on the real rig: the chart's rendering applied to a real kube-apiserver,
 // dist/install-cni running as the DaemonSet's container would (scratch host root, a TokenRequest
 // token in a projected-volume layout), containerd running pods through the chained plugin.
-// The scenarios share one rig and one daemon and run in the order written (1, 2, 9, 8, 4, 5, 6, 7):
-// each leaves the daemon running except 7, which uninstalls. Scenarios 3 (ambient) and 10 (repair)
-// are todos until those features land; they slot in before 7 (ambient needs the chart rendered with
-// `profile=ambient`, i.e. `renderChart({ set: ['profile=ambient'] })`, and a fake ztunnel).
+// The scenarios share one rig and one daemon and run in the order written (1, 2, 9, 8, 4, 5, 6, 7,
+// 10): each leaves the daemon running except 7, which uninstalls; 10 starts a pod while the plugin
+// is out of the chain and then starts the daemon again. Scenario 3 (ambient) and the ambient half
+// of 5 need the chart rendered with `profile=ambient`: they run on a rig of their own in
+// `ambient.test.ts`.
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
@@ -15,7 +16,7 @@ import { runCnitool } from './support/cnitool.ts';
 import { AGENT_POD_NAME, createIstioCniNode, DIST, type IstioCniNode } from './support/istioCniNode.ts';
 import { makeKubeClient, type KubeClient } from './support/kubeClient.ts';
 import { waitFor } from './support/managedProcess.ts';
-import { createAndRunPod, createPodObject, hasSidecarCapture, podRules, probeTraffic, removePod, type StartedPod } from './support/pods.ts';
+import { createAndRunPod, createPodObject, hasSidecarCapture, podRules, probeTraffic, removePod, reportPodStatus, type StartedPod } from './support/pods.ts';
 import { startRig, type Rig } from './support/rig.ts';
 import { runCommand } from './support/runCommand.ts';
 
@@ -302,7 +303,7 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     const sidecar = await startPod('sidecar', MESH_NS, 'sidecar-degraded');
     assert.ok(hasSidecarCapture(await podRules(sidecar.netnsPath)), 'the plugin programmed the capture itself');
     assert.deepEqual(await probeTraffic(sidecar), { outbound: 'port 15001', inbound: 'port 15006' });
-    // Ambient pods fail with a retryable error here and start once the daemon is back (scenario 3, with ambient).
+    // Ambient pods fail with a retryable error here and start once the daemon is back: ambient.test.ts.
 
     const only = writeIstioOnlyList();
     const status = await runCnitool('status', only.name, '/dev/null', { confDir: only.confDir, binDir: rig.containerd.cniBinDir, allowFailure: true });
@@ -328,10 +329,6 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     await waitFor('/readyz 200 again', async () => ((await node.readyz()) === 200 ? true : undefined), { process: node.daemon, timeoutMs: 30_000 });
   });
 
-  it.todo('3. ambient: a fake ztunnel connected, an ambient pod enrolled, the redirection annotation visible, relabelling un-enrols (ambient not implemented yet)');
-
-  it.todo('10. repair: a sidecar pod started before the plugin was installed is repaired (repair not implemented yet)');
-
   it('7. SIGTERM: cleanup leaves a working primary-only chain and a new pod still starts', SCENARIO, async () => {
     assert.equal(await node.terminate(), 0, 'install-cni exits 0 on SIGTERM');
     assert.deepEqual(readConflist(), JSON.parse(primaryConflist), 'the primary conflist is back to what the primary CNI wrote');
@@ -341,5 +338,44 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-uninstall');
     assert.match(pod.ip, /^10\.244\.250\.\d+$/);
     assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false);
+  });
+
+  it('10. repair: a sidecar pod started without the plugin, its validation exiting 126, is repaired in place and captured', SCENARIO, async () => {
+    // After 7 the chain is primary-only: containerd starts this pod without istio-cni.
+    const pod = await startPod('sidecar', MESH_NS, 'sidecar-broken');
+    assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false, 'started without capture');
+    assert.notEqual((await probeTraffic(pod)).outbound, 'port 15001', 'traffic is not captured yet');
+    // What kubelet then reports: istio-validation found no redirection and exited 126, crash-looping.
+    await reportPodStatus(rig.cluster, pod, {
+      phase: 'Pending',
+      initContainer: { name: 'istio-validation', lastTerminated: { exitCode: 126, message: 'iptables validation failed; workload is not ready for Istio' } },
+    });
+    // The plain sidecar pod of scenario 7 has no failed validation: it must be left alone.
+    const healthy = pods.find((p) => p.name === 'sidecar-after-uninstall');
+    assert.ok(healthy);
+    await reportPodStatus(rig.cluster, healthy);
+
+    await node.start();
+    assert.equal(node.env.REPAIR_ENABLED, 'true');
+    assert.equal(node.env.REPAIR_REPAIR_PODS, 'true');
+    await waitFor('the repair controller to program the broken pod', async () => (hasSidecarCapture(await podRules(pod.netnsPath)) ? true : undefined), {
+      process: node.daemon,
+      timeoutMs: 30_000,
+    });
+    assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'port 15006' });
+    assert.match(readFileSync(node.daemon?.logFile ?? '', 'utf8'), /pod repaired: traffic capture programmed/);
+    // The Warning event the repair role may create, through the real API.
+    const events = await api().must<{ items: { reason: string; message: string; involvedObject: { name: string; uid?: string } }[] }>(
+      'GET',
+      `/api/v1/namespaces/${MESH_NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${pod.name}`)}`,
+    );
+    assert.ok(
+      events.items.some((e) => e.involvedObject.uid === pod.uid && /traffic capture programmed in place/.test(e.message)),
+      `a repair event for the pod: ${JSON.stringify(events.items.map((e) => [e.reason, e.message]))}`,
+    );
+    assert.equal(hasSidecarCapture(await podRules(healthy.netnsPath)), false, 'a pod without a failed validation is not touched');
+    const alive = await api().must<{ metadata: { uid: string; deletionTimestamp?: string } }>('GET', `/api/v1/namespaces/${MESH_NS}/pods/${pod.name}`);
+    assert.equal(alive.metadata.uid, pod.uid, 'repaired in place: the pod was not deleted');
+    assert.equal(alive.metadata.deletionTimestamp, undefined);
   });
 });
