@@ -124,6 +124,19 @@ describe('istio-cni Helm chart', () => {
     assert.ok(taint.some((o) => o.kind === 'ClusterRoleBinding' && (o.roleRef as { name: string }).name === 'istio-cni-taint'));
   });
 
+  test('taint.* reaches the daemon as NODE_TAINT_ENABLED / NODE_TAINT_KEY; NODE_NAME comes from the downward API', async () => {
+    const off = configData(await render());
+    assert.equal(off.NODE_TAINT_ENABLED, 'false');
+    assert.equal(off.NODE_TAINT_KEY, 'cni.istio.io/not-ready');
+    const on = await render('taint.enabled=true', 'taint.key=example.com/cni-not-ready');
+    assert.equal(configData(on).NODE_TAINT_ENABLED, 'true');
+    assert.equal(configData(on).NODE_TAINT_KEY, 'example.com/cni-not-ready');
+    const container = daemonSetContainer(on);
+    assert.deepEqual(container.envFrom, [{ configMapRef: { name: 'istio-cni-config' } }]);
+    const env = container.env as { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
+    assert.equal(env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
+  });
+
   test('the ConfigMap names the owned-config setting the daemon reads', async () => {
     const data = configData(await render('istioOwnedCNIConfig=true'));
     assert.equal(data.ISTIO_OWNED_CNI_CONFIG, 'true');
