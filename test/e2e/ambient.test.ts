@@ -12,15 +12,18 @@ import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { applyObjects, findObject, parseManifest, RELEASE_NAMESPACE, renderChart, type KubeObject } from './support/chart.ts';
 import { AGENT_POD_NAME, createIstioCniNode, type IstioCniNode } from './support/istioCniNode.ts';
 import { waitFor } from './support/managedProcess.ts';
-import { createPodObject, podAnnotations, podRules, removePod, reportPodStatus, runPod, type StartedPod } from './support/pods.ts';
+import { createPodObject, podAnnotations, podRules, probeTraffic, removePod, reportPodStatus, runPod, type StartedPod } from './support/pods.ts';
 import { startRig, type Rig } from './support/rig.ts';
 import { CommandError, runCommand } from './support/runCommand.ts';
 
 const NODE_NAME = 'e2e-node';
 const AMBIENT_NS = 'e2e-ambient';
+const PLAIN_NS = 'e2e-plain';
 const DATAPLANE_MODE = 'istio.io/dataplane-mode';
 const REDIRECTION = 'ambient.istio.io/redirection';
 const SCENARIO = { timeout: 180_000 };
+const READINESS_TAINT = 'cni.istio.io/not-ready';
+const OTHER_TAINT = { key: 'example.com/maintenance', value: 'true', effect: 'NoSchedule' };
 
 interface Conflist {
   plugins: { type: string; [key: string]: unknown }[];
@@ -36,6 +39,7 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
   let node: IstioCniNode;
   let objects: KubeObject[];
   let ztunnel: FakeZtunnel | undefined;
+  let registeredTaints: Record<string, string>[] = [];
   const pods: StartedPod[] = [];
 
   const api = () => rig.cluster.api;
@@ -78,11 +82,21 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     // The daemon runs in this machine's netns, i.e. the chart's host-network variant, which also
     // leaves ALLOW_SWITCH_TO_HOST_NS unset. (With it set, host rules go into /proc/1/ns/net, which
     // this sandbox's init keeps unreadable even for root: the agent then fails to start.)
-    objects = parseManifest(await renderChart({ set: ['profile=ambient', 'ambient.shareHostNetworkNamespace=true'] }));
+    // The readiness taint too: the node registers tainted and the agent lifts it with the chart's RBAC.
+    objects = parseManifest(await renderChart({ set: ['profile=ambient', 'ambient.shareHostNetworkNamespace=true', 'taint.enabled=true'] }));
     await rig.cluster.ensureNamespace(RELEASE_NAMESPACE);
     await rig.cluster.ensureNamespace(AMBIENT_NS, { [DATAPLANE_MODE]: 'ambient' });
+    await rig.cluster.ensureNamespace(PLAIN_NS);
     await applyObjects(api(), objects);
-    await api().must('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE_NAME, labels: { 'kubernetes.io/os': 'linux' } } });
+    // As `kubelet --register-with-taints=cni.istio.io/not-ready=:NoSchedule` registers it (plus a taint of someone else's).
+    registeredTaints = (await api().must<{ spec: { taints: Record<string, string>[] } }>('POST', '/api/v1/nodes', {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: NODE_NAME, labels: { 'kubernetes.io/os': 'linux' } },
+      spec: { taints: [{ key: READINESS_TAINT, effect: 'NoSchedule' }, OTHER_TAINT] },
+    })).spec.taints;
+    // The API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready as well.
+    assert.ok(registeredTaints.some((t) => t.key === READINESS_TAINT));
     const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as { spec: { template: { metadata: Record<string, unknown>; spec: Record<string, unknown> } } };
     const agentPod = await api().must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`, {
       apiVersion: 'v1',
@@ -106,7 +120,7 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     if (rig !== undefined) assert.deepEqual(await rig.stop(), [], 'the rig left host state behind');
   });
 
-  it('3. install with profile=ambient: ambient on through the ConfigMap, /readyz 200 before any ztunnel connects', SCENARIO, async () => {
+  it('3. install with profile=ambient: ambient on through the ConfigMap, /readyz 200 before any ztunnel connects, readiness taint lifted', SCENARIO, async () => {
     assert.equal(node.env.AMBIENT_ENABLED, 'true');
     const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as { spec: { template: { spec: { hostNetwork?: boolean } } } };
     assert.equal(ds.spec.template.spec.hostNetwork, true, 'the rendering matches how the daemon runs here: in the host netns');
@@ -115,6 +129,13 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni']);
     const istio: Record<string, unknown> = (JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as Conflist).plugins.at(-1) ?? {};
     assert.equal(istio.ambient_enabled, true);
+    assert.equal(node.env.NODE_TAINT_ENABLED, 'true');
+    const taints = await waitFor('the readiness taint to be lifted', async () => {
+      const n = await api().must<{ spec: { taints?: { key: string }[] } }>('GET', `/api/v1/nodes/${NODE_NAME}`);
+      return n.spec.taints?.some((t) => t.key === READINESS_TAINT) === true ? undefined : (n.spec.taints ?? []);
+    }, { process: node.daemon, timeoutMs: 30_000 });
+    assert.deepEqual(taints, registeredTaints.filter((t) => t.key !== READINESS_TAINT), 'only the readiness taint goes');
+    assert.ok(taints.some((t) => t.key === OTHER_TAINT.key));
   });
 
   it('3. no ztunnel: an ambient pod sandbox fails with a retryable error and starts once ztunnel connects; it is enrolled', SCENARIO, async () => {
@@ -136,6 +157,12 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     assert.equal(add.workload?.name, name);
     assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), 'in-pod redirection rules');
     assert.equal(await redirection(pod), 'enabled', 'the redirection annotation, through the real API');
+    // Real traffic: the app's outbound goes to ztunnel's 15001; a node-originated connection (a
+    // kubelet probe) is SNATed by the host rules and passes ztunnel by; another pod's goes to 15006.
+    assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'ECONNREFUSED' });
+    const client = await runPod(rig.containerd, PLAIN_NS, 'client-1', await createPodObject(rig.cluster, 'plain', PLAIN_NS, 'client-1', NODE_NAME));
+    pods.push(client);
+    assert.equal((await probeTraffic(pod, { inboundFrom: client.netnsPath })).inbound, 'port 15006');
   });
 
   it('3. relabelling the namespace un-enrols the pod: Del to ztunnel, rules and annotation removed', SCENARIO, async () => {
@@ -150,6 +177,9 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
       timeoutMs: 30_000,
     });
     assert.equal(hasAmbientRedirection(await podRules(pod.netnsPath)), false, 'in-pod rules removed');
+    const client = pods.find((p) => p.name === 'client-1');
+    assert.ok(client);
+    assert.deepEqual(await probeTraffic(pod, { inboundFrom: client.netnsPath }), { outbound: 'ECONNREFUSED', inbound: 'ECONNREFUSED' }, 'traffic no longer captured');
 
     await labelNamespace('ambient');
     await waitFor('the running pod to be enrolled again', async () => ((await redirection(pod)) === 'enabled' ? true : undefined), {

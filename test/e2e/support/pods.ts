@@ -115,8 +115,28 @@ async function connectOnce(host: string, port: number): Promise<string> {
   });
 }
 
-/** Sends real traffic both ways and reports where it landed: `port 15001` / `port 15006` means captured. */
-export async function probeTraffic(pod: StartedPod): Promise<TrafficProbe> {
+const CONNECT_SCRIPT = `
+const s = require('node:net').connect({ host: process.argv[1], port: Number(process.argv[2]) });
+let data = '';
+s.setTimeout(3000, () => { console.log('timeout'); s.destroy(); });
+s.on('data', (d) => (data += d));
+s.on('end', () => console.log(data));
+s.on('error', (e) => console.log(e.code));
+`;
+
+/** One connection made from inside another netns (a second pod); what answered, or the error code. */
+export async function connectFromNetns(netnsPath: string, host: string, port: number): Promise<string> {
+  const { stdout } = await runCommand(['nsenter', `--net=${netnsPath}`, '--', process.execPath, '-e', CONNECT_SCRIPT, host, String(port)], {
+    timeoutMs: 10_000,
+  });
+  return stdout.trim();
+}
+
+/**
+ * Sends real traffic both ways and reports where it landed: `port 15001` / `port 15006` means
+ * captured. The inbound connection comes from the host unless `inboundFrom` names a netns.
+ */
+export async function probeTraffic(pod: StartedPod, options: { inboundFrom?: string } = {}): Promise<TrafficProbe> {
   const gateway = pod.ip.replace(/\.\d+$/, '.1');
   const child = spawn('nsenter', [`--net=${pod.netnsPath}`, '--', process.execPath, '-e', PROBE_SCRIPT, gateway], {
     stdio: ['pipe', 'pipe', 'inherit'],
@@ -131,7 +151,7 @@ export async function probeTraffic(pod: StartedPod): Promise<TrafficProbe> {
       return r.value;
     };
     if ((await next()) !== 'ready') throw new Error('traffic probe did not start');
-    const inbound = await connectOnce(pod.ip, 8080);
+    const inbound = options.inboundFrom === undefined ? await connectOnce(pod.ip, 8080) : await connectFromNetns(options.inboundFrom, pod.ip, 8080);
     const outbound = (await next()).replace(/^outbound /, '');
     return { outbound, inbound };
   } finally {
