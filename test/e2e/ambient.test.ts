@@ -6,9 +6,9 @@
 // the daemon running. The last one uninstalls (the DaemonSet deleted first, so SIGTERM is not an
 // upgrade and the host rules and probe sets go too).
 import assert from 'node:assert/strict';
-import { readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
+import { startFakeZtunnel, type FakeAdd, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { applyObjects, findObject, parseManifest, RELEASE_NAMESPACE, renderChart, type KubeObject } from './support/chart.ts';
 import { AGENT_POD_NAME, createIstioCniNode, type IstioCniNode } from './support/istioCniNode.ts';
 import { waitFor } from './support/managedProcess.ts';
@@ -214,6 +214,27 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     const add = zt.adds.find((a) => a.uid === uid);
     assert.equal(add?.inode, statSync(pod.netnsPath).ino);
     assert.equal(await redirection(pod), 'enabled');
+    assert.deepEqual(zt.fdProblems, []);
+  });
+
+  it('7. SIGTERM while the DaemonSet exists is an upgrade: everything stays, the next daemon takes the enrolled pods over', SCENARIO, async () => {
+    const zt = ztunnel;
+    assert.ok(zt);
+    const enrolled = pods.filter((p) => p.namespace === AMBIENT_NS);
+    assert.equal(await node.terminate(), 0);
+    assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni'], 'the plugin stays in the chain');
+    assert.ok(existsSync(node.kubeconfigPath), 'the plugin kubeconfig stays');
+    assert.match(await hostNatRules(), /ISTIO_POSTRT/, 'host rules stay');
+    for (const pod of enrolled) assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), `${pod.name} keeps its in-pod rules`);
+    await zt.waitFor(() => !zt.connected, 'the ZDS connection to close');
+
+    await node.start();
+    await zt.reconnect();
+    await zt.waitFor(() => zt.snapshots[zt.session - 1] === 1, 'the snapshot of the new connection');
+    for (const pod of enrolled) {
+      const snap: FakeAdd | undefined = zt.adds.find((a) => a.session === zt.session && a.inSnapshot && a.uid === pod.uid);
+      assert.equal(snap?.inode, statSync(pod.netnsPath).ino, `the snapshot hands ${pod.name} over with its netns`);
+    }
     assert.deepEqual(zt.fdProblems, []);
   });
 

@@ -374,6 +374,15 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
       `a repair event for the pod: ${JSON.stringify(events.items.map((e) => [e.reason, e.message]))}`,
     );
     assert.equal(hasSidecarCapture(await podRules(healthy.netnsPath)), false, 'a pod without a failed validation is not touched');
+    // The watch path: that pod's validation fails now, while the daemon runs.
+    await reportPodStatus(rig.cluster, healthy, {
+      initContainer: { name: 'istio-validation', lastTerminated: { exitCode: 126 } },
+    });
+    await waitFor('the watch to repair the newly broken pod', async () => (hasSidecarCapture(await podRules(healthy.netnsPath)) ? true : undefined), {
+      process: node.daemon,
+      timeoutMs: 30_000,
+    });
+    assert.deepEqual(await probeTraffic(healthy), { outbound: 'port 15001', inbound: 'port 15006' });
     const alive = await api().must<{ metadata: { uid: string; deletionTimestamp?: string } }>('GET', `/api/v1/namespaces/${MESH_NS}/pods/${pod.name}`);
     assert.equal(alive.metadata.uid, pod.uid, 'repaired in place: the pod was not deleted');
     assert.equal(alive.metadata.deletionTimestamp, undefined);
