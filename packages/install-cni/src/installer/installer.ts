@@ -228,6 +228,8 @@ export class Installer {
       const stop = (): void => either.abort();
       signal.addEventListener('abort', stop, { once: true });
       try {
+        // A shutdown that arrived during the check above fired its 'abort' event before we listened.
+        if (signal.aborted) return false;
         const changed = await Promise.race([watcher.wait(either.signal), inputs.wait(either.signal)]);
         return changed && !signal.aborted;
       } finally {
