@@ -74,10 +74,13 @@ export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptab
 }
 
 /**
- * The common case, a fresh pod netns and one single-table document (the default REDIRECT sidecar
- * is `*nat` only, IPv4 only), skips the state read: `iptables-restore --noflush` refuses to create
- * a chain that exists, and a table commits atomically, so if any ISTIO_* chain is already there the
- * restore fails, nothing changes, and the checked path below decides. Saves one exec per pod.
+ * The common case, a fresh pod netns and one family (the default REDIRECT sidecar is `*nat` only;
+ * ambient is `*mangle` + `*nat`), skips the state read: `iptables-restore --noflush` refuses to
+ * create a chain that exists and each table commits atomically, so a netns that already holds our
+ * ISTIO_* chains makes the restore fail in the first table, nothing changes, and the checked path
+ * below decides. Every table of the document must create ISTIO_* chains for that to hold. (Only a
+ * netns whose ISTIO_* state was removed from some tables by hand could see the tables before the
+ * failing one written; the checked path then reports the conflict.) Saves one exec per pod.
  */
 async function tryOptimisticRestore(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult | undefined> {
   if (options.reconcile === true) return undefined;
@@ -85,8 +88,8 @@ async function tryOptimisticRestore(deps: IptablesDeps, options: ApplyIptablesRu
   const family = planned[0];
   if (planned.length !== 1 || family === undefined) return undefined;
   const document = options.documents[family] as string;
-  if (document.split('\n').filter((line) => line.startsWith('*')).length !== 1) return undefined;
-  if (!/^-N ISTIO/m.test(document)) return undefined;
+  const tables = document.split(/^\*/m).slice(1);
+  if (tables.length === 0 || !tables.every((table) => /^-N ISTIO/m.test(table))) return undefined;
   try {
     await restore(deps.runner, options.backend, family, options.netns, document);
   } catch (err) {

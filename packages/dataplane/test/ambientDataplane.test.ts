@@ -41,31 +41,37 @@ test('in-pod apply adds the mark rule and loopback route first, then restores th
   const result = await applyAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: v4, backend: iptBackend });
   assert.deepEqual(result.outcome, { ipv4: 'applied', ipv6: 'skipped' });
   const argv = runner.calls.map((c) => c.argv.join(' '));
-  assert.deepEqual(argv, [
-    'ip -4 rule list fwmark 0x111/0xfff pref 32764 lookup 100',
-    'ip -4 rule add fwmark 0x111/0xfff pref 32764 lookup 100',
-    'ip -4 route replace local 0.0.0.0/0 dev lo table 100',
-    'iptables-legacy-save',
-    'iptables-legacy-restore --noflush --wait=30',
-  ]);
+  assert.deepEqual(argv, ['ip -4 -force -batch -', 'iptables-legacy-restore --noflush --wait=30']);
+  assert.equal(runner.calls[0]?.options.stdin, 'rule add fwmark 0x111/0xfff pref 32764 lookup 100\nroute replace local 0.0.0.0/0 dev lo table 100\n');
   assert.ok(runner.calls.every((c) => c.options.netns === netns));
   assert.equal(runner.calls.at(-1)?.options.stdin, planAmbientPodRules(v4, iptBackend).backend === 'iptables' ? (planAmbientPodRules(v4, iptBackend) as { documents: { ipv4: string } }).documents.ipv4 : '');
   assert.deepEqual(runner.calls.at(-1)?.options.env, { XTABLES_LOCKFILE: netns });
 });
 
-test('an existing mark rule is not added twice; IPv6 route skipped when the pod loopback has IPv6 disabled', async () => {
-  const runner = createRecordingCommandRunner(({ argv }) => {
-    if (argv.includes('list')) return { stdout: '32764:\tfrom all fwmark 0x111/0xfff lookup 100\n', stderr: '' };
+test('an existing mark rule (EEXIST) is tolerated; IPv6 route skipped when the pod loopback has IPv6 disabled', async () => {
+  const runner = createRecordingCommandRunner(({ argv, options }) => {
+    if (argv.includes('-batch')) {
+      // The kernel refuses the duplicate rule; the route line still ran (-force).
+      return options.stdin?.startsWith('rule add') ? failure(argv, 'RTNETLINK answers: File exists\nCommand failed -:1\n') : undefined;
+    }
     if (argv[0] === 'cat') return { stdout: '1\n', stderr: '' };
     return undefined;
   });
   await applyAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: dual, backend: nftBackend });
+  const batches = runner.calls.filter((c) => c.argv.includes('-batch'));
+  assert.deepEqual(batches.map((c) => c.argv.join(' ')), ['ip -4 -force -batch -', 'ip -6 -force -batch -']);
+  assert.equal(batches[0]?.options.stdin, 'rule add fwmark 0x111/0xfff pref 32764 lookup 100\nroute replace local 0.0.0.0/0 dev lo table 100\n');
+  assert.ok(!(batches[1]?.options.stdin ?? '').includes('::/0'), 'no IPv6 loopback route');
   const argv = runner.calls.map((c) => c.argv.join(' '));
-  assert.ok(!argv.some((a) => a.includes('rule add')));
-  assert.ok(argv.includes('ip -4 route replace local 0.0.0.0/0 dev lo table 100'));
-  assert.ok(!argv.some((a) => a.includes('::/0')));
   assert.deepEqual(argv.slice(-2), ['nft list tables', 'nft -f -']);
   assert.match(runner.calls.at(-1)?.options.stdin ?? '', /^add table inet istio-ambient-nat/m);
+});
+
+test('a failing route line is an error even when the rule line only said EEXIST', async () => {
+  const runner = createRecordingCommandRunner(({ argv }) =>
+    argv.includes('-batch') ? failure(argv, 'RTNETLINK answers: File exists\nCommand failed -:1\nRTNETLINK answers: No such device\nCommand failed -:2\n') : undefined,
+  );
+  await assert.rejects(applyAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: v4, backend: iptBackend }), /No such device/);
 });
 
 test('in-pod delete runs every iptables step, then removes the ip rule and routes; absent ones are not errors', async () => {

@@ -163,12 +163,35 @@ async function podRoutes(deps: AmbientRulesDeps, netns: string, config: AmbientC
   return ambientPodRoutes(config, { loopbackIpv6Disabled: disabled });
 }
 
+/**
+ * The mark rule and loopback route(s) of one family in a single `ip -batch` exec (SPEC 4.5): the
+ * rule add's EEXIST is ignored as upstream does (the kernel refuses the duplicate), the route is a
+ * replace. With `-force` every line runs; only "File exists" on a rule line is tolerated.
+ */
 async function addRoutes(deps: AmbientRulesDeps, netns: string, routes: AmbientPodRoutes): Promise<void> {
-  // `ip rule add` adds duplicates on some kernels and fails with EEXIST on others: look first.
-  for (const rule of routes.ipRules) {
-    if (!(await hasIpRule(deps, netns, rule))) await deps.runner.run(withIp(deps, ipRuleArgs(rule, 'add')), { netns });
+  for (const family of [4, 6] as const) {
+    const lines = [
+      ...routes.ipRules.filter((r) => r.family === family).map((r) => ipRuleArgs(r, 'add').slice(2).join(' ')),
+      ...routes.routes.filter((r) => r.family === family).map((r) => ipRouteArgs(r, 'replace').slice(2).join(' ')),
+    ];
+    if (lines.length === 0) continue;
+    try {
+      await deps.runner.run([deps.ip ?? 'ip', `-${family}`, '-force', '-batch', '-'], { netns, stdin: lines.join('\n') + '\n' });
+    } catch (err) {
+      if (!onlyExistingRules(err, lines)) throw err;
+    }
   }
-  for (const route of routes.routes) await deps.runner.run(withIp(deps, ipRouteArgs(route, 'replace')), { netns });
+}
+
+/** True when every failed batch line is a `rule add` that failed because the rule exists. */
+function onlyExistingRules(err: unknown, lines: readonly string[]): boolean {
+  const stderr = String((err as { stderr?: unknown }).stderr ?? '');
+  const failed = [...stderr.matchAll(/Command failed -:(\d+)/g)].map((m) => Number(m[1]));
+  if (failed.length === 0) return false;
+  const otherErrors = stderr
+    .split('\n')
+    .filter((l) => l.trim() !== '' && !/^Command failed -:\d+$/.test(l.trim()) && !/File exists/.test(l));
+  return otherErrors.length === 0 && failed.every((n) => lines[n - 1]?.startsWith('rule add ') === true);
 }
 
 async function hasIpRule(deps: AmbientRulesDeps, netns: string, rule: AmbientPodRoutes['ipRules'][number]): Promise<boolean> {
