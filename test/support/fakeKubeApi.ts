@@ -32,6 +32,11 @@ export interface FakeKubeApi {
   /** Bodies of pod DELETEs (DeleteOptions, e.g. preconditions), in order. */
   deleteOptions: unknown[];
   setToken(token: string): void;
+  /**
+   * Ends every open watch and forgets the event history, like an API server restart plus etcd
+   * compaction: clients must re-list (their resume gets `410 Gone`).
+   */
+  restartAndCompact(): void;
   /** Writes a kubeconfig for this server (the daemon's KUBECONFIG). */
   writeKubeconfig(path: string): void;
   close(): Promise<void>;
@@ -46,6 +51,8 @@ interface Watcher {
 export async function startFakeKubeApi(options: { token?: string } = {}): Promise<FakeKubeApi> {
   let token = options.token ?? 'fake-token';
   let rv = 100;
+  /** Watches resuming from a resourceVersion below this get `410 Gone` (history compacted). */
+  let compactedBelow = 0;
   const pods = new Map<string, KubeObject>();
   const namespaces = new Map<string, KubeObject>();
   const nodes = new Map<string, KubeObject>();
@@ -62,11 +69,14 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
   };
   const notFound = (res: ServerResponse, what: string) =>
     send(res, 404, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message: `${what} not found`, reason: 'NotFound', code: 404 });
+  /** Every event since the last compaction, so a watch resuming from a resourceVersion replays what it missed. */
+  const history: { kind: Watcher['kind']; type: string; object: KubeObject }[] = [];
+  const wants = (w: Watcher, kind: Watcher['kind'], object: KubeObject) =>
+    w.kind === kind && !(kind === 'pods' && w.nodeName !== undefined && nodeOf(object) !== w.nodeName);
   const notify = (kind: Watcher['kind'], type: string, object: KubeObject) => {
+    history.push({ kind, type, object });
     for (const w of watchers) {
-      if (w.kind !== kind) continue;
-      if (kind === 'pods' && w.nodeName !== undefined && nodeOf(object) !== w.nodeName) continue;
-      w.res.write(JSON.stringify({ type, object }) + '\n');
+      if (wants(w, kind, object)) w.res.write(JSON.stringify({ type, object }) + '\n');
     }
   };
   const stamp = (o: KubeObject, kind: string): KubeObject => ({
@@ -106,7 +116,19 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       if (watch) {
         res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
         res.flushHeaders();
+        const from = Number(url.searchParams.get('resourceVersion') ?? '0');
+        if (from > 0 && from < compactedBelow) {
+          // What the API server sends when the watch's starting point is no longer in etcd.
+          const status = { kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'too old resource version', reason: 'Expired', code: 410 };
+          res.end(JSON.stringify({ type: 'ERROR', object: status }) + '\n');
+          return;
+        }
         const w: Watcher = { kind, res, ...(nodeName !== undefined ? { nodeName } : {}) };
+        for (const e of history) {
+          if (Number(e.object.metadata.resourceVersion) > from && wants(w, e.kind, e.object)) {
+            res.write(JSON.stringify({ type: e.type, object: e.object }) + '\n');
+          }
+        }
         watchers.add(w);
         req.on('close', () => watchers.delete(w));
         return;
@@ -227,6 +249,12 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
     },
     setToken(t) {
       token = t;
+    },
+    restartAndCompact() {
+      compactedBelow = ++rv;
+      history.length = 0;
+      for (const w of watchers) w.res.end();
+      watchers.clear();
     },
     writeKubeconfig(path) {
       writeFileSync(
