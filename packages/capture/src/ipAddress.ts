@@ -7,6 +7,8 @@
  * matches upstream byte for byte.
  */
 
+import { formatIPv6Groups } from '@istio-cni/cni';
+
 export type IpFamily = 4 | 6;
 
 export interface IpAddress {
@@ -93,27 +95,7 @@ function isV4Mapped(bytes: readonly number[]): boolean {
 
 function formatIpv6(bytes: readonly number[]): string {
   if (isV4Mapped(bytes)) return `::ffff:${bytes.slice(12).join('.')}`;
-  const groups: number[] = [];
-  for (let i = 0; i < 16; i += 2) groups.push(((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0));
-  // RFC 5952: compress the longest run (length >= 2) of zero groups, the first one on a tie.
-  let bestStart = -1;
-  let bestLen = 0;
-  for (let i = 0; i < 8; ) {
-    if (groups[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen && j - i >= 2) {
-      bestStart = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = groups.map((g) => g.toString(16));
-  if (bestStart < 0) return hex.join(':');
-  return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLen).join(':')}`;
+  return formatIPv6Groups(bytes);
 }
 
 /** Parses an IPv4 or IPv6 address; throws an Error naming the value when it is not one. */

@@ -12,3 +12,4 @@ export { validAttachments, VALID_ATTACHMENTS_KEY, type Attachment } from './vali
 export { validateContainerId, validateInterfaceName, validateNetworkName } from './validateNames.ts';
 export { parseVersion, versionAtLeast, type ParsedVersion } from './parseVersion.ts';
 export { dispatch, type PluginFuncs, type DispatchOutcome, type DispatchOptions } from './dispatch.ts';
+export { formatIPv6Groups } from './ipAddress.ts';

@@ -78,9 +78,13 @@ export function isIPv4(ip: IPBytes): boolean {
 /** Go's net.IP.String(). */
 export function formatIP(ip: IPBytes): string {
   if (isIPv4(ip)) return Array.from(ip.subarray(12)).join('.');
+  return formatIPv6Groups(ip);
+}
+
+/** 16 bytes as IPv6 hex groups, RFC 5952: the longest run (>= 2) of zero groups compressed, leftmost on ties. */
+export function formatIPv6Groups(bytes: ArrayLike<number>): string {
   const groups: number[] = [];
-  for (let i = 0; i < 16; i += 2) groups.push(((ip[i] ?? 0) << 8) | (ip[i + 1] ?? 0));
-  // RFC 5952: compress the longest run (>= 2) of zero groups, leftmost on ties.
+  for (let i = 0; i < 16; i += 2) groups.push(((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0));
   let bestStart = -1;
   let bestLen = 0;
   for (let i = 0; i < 8; ) {
