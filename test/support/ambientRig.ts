@@ -12,6 +12,7 @@ import { request } from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { watchDaemonLog } from './watchDaemonLog.ts';
 import { fileURLToPath } from 'node:url';
 import { DAEMON, PLUGIN, freePort, makeHostRoot, type HostRoot } from './daemonProcess.ts';
 import { execPlugin, type ExecResult } from './execPlugin.ts';
@@ -85,66 +86,13 @@ async function startBridge(netnsPath: string, spec: BridgeSpec): Promise<ChildPr
 
 function spawnNodeDaemon(netnsPath: string, env: Record<string, string>): NodeDaemon {
   const child = spawn('nsenter', [`--net=${netnsPath}`, '--', DAEMON], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  const lines: string[] = [];
-  const entries: Record<string, unknown>[] = [];
-  const waiters: { match: (e: Record<string, unknown>) => boolean; resolve: (e: Record<string, unknown>) => void }[] = [];
-  let buffered = '';
-  const onLine = (line: string) => {
-    lines.push(line);
-    let entry: Record<string, unknown>;
-    try {
-      entry = JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      return;
-    }
-    entries.push(entry);
-    for (const w of [...waiters]) {
-      if (w.match(entry)) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(entry);
-      }
-    }
-  };
-  child.stdout?.on('data', (chunk: Buffer) => {
-    buffered += chunk.toString();
-    let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
-      onLine(buffered.slice(0, nl));
-      buffered = buffered.slice(nl + 1);
-    }
-  });
-  child.stderr?.on('data', (chunk: Buffer) => lines.push(chunk.toString()));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const log = watchDaemonLog(child);
   return {
     child,
-    lines,
-    logged: (match) => entries.filter(match),
-    waitForLog(match, timeoutMs = 15_000) {
-      const seen = entries.find(match);
-      if (seen !== undefined) return Promise.resolve(seen);
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`daemon did not log the expected line in ${timeoutMs} ms:\n${lines.join('\n')}`)), timeoutMs);
-        waiters.push({
-          match,
-          resolve: (e) => {
-            clearTimeout(timer);
-            resolve(e);
-          },
-        });
-        void exited.then((code) => {
-          clearTimeout(timer);
-          reject(new Error(`daemon exited (${code}) before logging the expected line:\n${lines.join('\n')}`));
-        });
-      });
-    },
-    async stop(signal = 'SIGTERM') {
-      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
-      child.kill(signal);
-      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      const code = await exited;
-      clearTimeout(timer);
-      return code;
-    },
+    lines: log.lines,
+    logged: (match) => log.entries.filter(match),
+    waitForLog: log.waitForLog,
+    stop: (signal = 'SIGTERM') => log.stop(signal, 15_000),
   };
 }
 

@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from 'nod
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { watchDaemonLog } from './watchDaemonLog.ts';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
 export const DIST = join(REPO_ROOT, 'dist');
@@ -115,74 +116,14 @@ export async function startDaemon(
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const lines: string[] = [];
-  const waiters: { match: (e: Record<string, unknown>) => boolean; resolve: (e: Record<string, unknown>) => void }[] = [];
-  let buffered = '';
-  const onLine = (line: string) => {
-    lines.push(line);
-    let entry: Record<string, unknown>;
-    try {
-      entry = JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      return;
-    }
-    for (const w of [...waiters]) {
-      if (w.match(entry)) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(entry);
-      }
-    }
-  };
-  child.stdout?.on('data', (chunk: Buffer) => {
-    buffered += chunk.toString();
-    let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
-      onLine(buffered.slice(0, nl));
-      buffered = buffered.slice(nl + 1);
-    }
-  });
-  child.stderr?.on('data', (chunk: Buffer) => lines.push(chunk.toString()));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const log = watchDaemonLog(child);
   const daemon: DaemonProcess = {
     child,
-    lines,
+    lines: log.lines,
     readinessPort,
     monitoringPort,
-    waitForLog(match, timeoutMs = 15_000) {
-      for (const line of lines) {
-        try {
-          const entry = JSON.parse(line) as Record<string, unknown>;
-          if (match(entry)) return Promise.resolve(entry);
-        } catch {
-          // not JSON
-        }
-      }
-      return new Promise((resolveWait, reject) => {
-        const timer = setTimeout(
-          () => reject(new Error(`daemon did not log the expected line in ${timeoutMs} ms:\n${lines.join('\n')}`)),
-          timeoutMs,
-        );
-        waiters.push({
-          match,
-          resolve: (e) => {
-            clearTimeout(timer);
-            resolveWait(e);
-          },
-        });
-        exited.then((code) => {
-          clearTimeout(timer);
-          reject(new Error(`daemon exited (${code}) before logging the expected line:\n${lines.join('\n')}`));
-        });
-      });
-    },
-    async stop(signal = 'SIGTERM') {
-      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
-      child.kill(signal);
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      const code = await exited;
-      clearTimeout(timer);
-      return code;
-    },
+    waitForLog: log.waitForLog,
+    stop: (signal = 'SIGTERM') => log.stop(signal),
   };
   await daemon.waitForLog((e) => e.msg === 'hand-off server listening');
   if (waitReady) await waitForReadyz(readinessPort, daemon);
