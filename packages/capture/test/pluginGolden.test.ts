@@ -11,46 +11,11 @@ import {
 import type { EnvVar, Pod } from '@istio-cni/capture';
 import { lineDiff, TESTDATA_ROOT } from './goldenCompare.ts';
 import { recordedIptablesCommands } from './recordedIptablesCommands.ts';
+import { PLUGIN_GOLDEN_CASES, type PluginCase } from './pluginGoldenCases.ts';
 
 const DIR = `${TESTDATA_ROOT}/cni/pkg/plugin/testdata`;
 
-interface PluginCase {
-  readonly name: string;
-  readonly golden: string;
-  readonly annotations?: Record<string, string>;
-  readonly env?: EnvVar[];
-  readonly runAsUser?: number;
-  readonly runAsGroup?: number;
-}
-
-/** `plugin_dryrun_test.go` cases (CASES.md 3.2); status-ports.txt.golden is stale and unused. */
-const CASES: readonly PluginCase[] = [
-  { name: 'basic', golden: 'basic' },
-  {
-    name: 'include-exclude-ip', golden: 'include-exclude-ip',
-    annotations: {
-      'traffic.sidecar.istio.io/includeOutboundIPRanges': '127.0.0.0/8',
-      'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.0.0.0/8',
-    },
-  },
-  {
-    name: 'include-exclude-ports', golden: 'include-exclude-ports',
-    annotations: {
-      'traffic.sidecar.istio.io/includeInboundPorts': '1111,2222',
-      'traffic.sidecar.istio.io/excludeInboundPorts': '3333,4444',
-      'traffic.sidecar.istio.io/excludeOutboundPorts': '5555,6666',
-    },
-  },
-  { name: 'tproxy', golden: 'tproxy', annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } },
-  { name: 'DNS', golden: 'dns', env: [{ name: 'ISTIO_META_DNS_CAPTURE', value: 'true' }] },
-  { name: 'invalid-drop', golden: 'invalid-drop', env: [{ name: 'INVALID_DROP', value: 'true' }] },
-  { name: 'custom-uid', golden: 'custom-uid', runAsUser: 1000670000, runAsGroup: 1000670001 },
-  { name: 'custom-uid-zero', golden: 'basic', runAsUser: 0 },
-  {
-    name: 'custom-uid-tproxy', golden: 'custom-uid-tproxy',
-    annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' }, runAsUser: 1000670000, runAsGroup: 1000670001,
-  },
-];
+const CASES = PLUGIN_GOLDEN_CASES;
 
 function podFor(c: PluginCase): Pod {
   return {

@@ -5,47 +5,13 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { stringify as toYaml } from 'yaml';
 import { dryRunDocuments, readPluginGolden, runCommand, trimmed } from './istioIptablesHarness.ts';
+import { PLUGIN_GOLDEN_CASES, type PluginCase } from '../../capture/test/pluginGoldenCases.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'istio-iptables-pod-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-interface PodCase {
-  readonly name: string;
-  readonly golden: string;
-  readonly annotations?: Record<string, string>;
-  readonly env?: { name: string; value: string }[];
-  readonly runAsUser?: number;
-  readonly runAsGroup?: number;
-}
-
-/** The plugin dry-run cases (CASES.md §3): the same pods must give the same rules through --pod. */
-const CASES: readonly PodCase[] = [
-  { name: 'basic', golden: 'basic' },
-  {
-    name: 'include-exclude-ip', golden: 'include-exclude-ip',
-    annotations: {
-      'traffic.sidecar.istio.io/includeOutboundIPRanges': '127.0.0.0/8',
-      'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.0.0.0/8',
-    },
-  },
-  {
-    name: 'include-exclude-ports', golden: 'include-exclude-ports',
-    annotations: {
-      'traffic.sidecar.istio.io/includeInboundPorts': '1111,2222',
-      'traffic.sidecar.istio.io/excludeInboundPorts': '3333,4444',
-      'traffic.sidecar.istio.io/excludeOutboundPorts': '5555,6666',
-    },
-  },
-  { name: 'tproxy', golden: 'tproxy', annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } },
-  { name: 'dns', golden: 'dns', env: [{ name: 'ISTIO_META_DNS_CAPTURE', value: 'true' }] },
-  { name: 'invalid-drop', golden: 'invalid-drop', env: [{ name: 'INVALID_DROP', value: 'true' }] },
-  { name: 'custom-uid', golden: 'custom-uid', runAsUser: 1000670000, runAsGroup: 1000670001 },
-  { name: 'custom-uid-zero', golden: 'basic', runAsUser: 0 },
-  {
-    name: 'custom-uid-tproxy', golden: 'custom-uid-tproxy',
-    annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' }, runAsUser: 1000670000, runAsGroup: 1000670001,
-  },
-];
+type PodCase = PluginCase;
+const CASES = PLUGIN_GOLDEN_CASES;
 
 function podManifest(c: Omit<PodCase, 'name' | 'golden'>, statusAnnotation = true): Record<string, unknown> {
   const securityContext = {
