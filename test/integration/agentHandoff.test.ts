@@ -11,7 +11,7 @@ import { namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { ANY_ISTIO_STATE, netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture, notRootSkip, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
-import { startSocketWorker, type SocketWorker } from '../support/startSocketWorker.ts';
+import { socketWorkers } from '../support/startSocketWorker.ts';
 
 const APP_UID = 1000;
 const PROXY_UID = 1337;
@@ -50,13 +50,7 @@ describe('node agent hand-off (plugin exec → agent → rules in the pod netns)
       assert.match(rules, new RegExp(chain), `${chain} in the pod netns`);
     }
 
-    const workers: SocketWorker[] = [];
-    t.after(() => Promise.all(workers.map((w) => w.close())));
-    const start = async (netns: string, uid?: number) => {
-      const w = await startSocketWorker(uid === undefined ? { netns } : { netns, uid, gid: uid });
-      workers.push(w);
-      return w;
-    };
+    const start = socketWorkers(t);
     const proxy = await start(net.pod.path);
     const app = await start(net.pod.path, APP_UID);
     const proxyUser = await start(net.pod.path, PROXY_UID);

@@ -14,7 +14,7 @@ import { sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
 import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
-import { startSocketWorker, type SocketWorker } from '../support/startSocketWorker.ts';
+import { socketWorkers } from '../support/startSocketWorker.ts';
 
 const APP_UID = 1000;
 const VALIDATION_FAILURE = 'iptables validation failed; workload is not ready for Istio. When using Istio CNI, this can occur if a pod is scheduled before the node is ready.';
@@ -58,13 +58,7 @@ for (const backend of backends) describe(`repair controller: repair in place [${
     const podIp = `10.97.${randomInt(0, 256)}.${randomInt(1, 255)}`;
     execFileSync('ip', ['-n', net.pod.name, 'addr', 'add', `${podIp}/32`, 'dev', 'lo']);
 
-    const workers: SocketWorker[] = [];
-    t.after(() => Promise.all(workers.map((w) => w.close())));
-    const start = async (netns: string, uid?: number) => {
-      const w = await startSocketWorker(uid === undefined ? { netns } : { netns, uid, gid: uid });
-      workers.push(w);
-      return w;
-    };
+    const start = socketWorkers(t);
     // The first process in the pod netns plays the pause container (the oldest process wins).
     const proxy = await start(net.pod.path);
     const app = await start(net.pod.path, APP_UID);

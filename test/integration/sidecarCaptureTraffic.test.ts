@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { applySidecarCapture, createExecCommandRunner, createScratchNetnsOpener, detectIptablesBackend } from '@istio-cni/dataplane';
 import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
 import { sidecarRulePlan, testCaptureConfig } from '../support/sidecarRulePlan.ts';
-import { type SocketWorker, startSocketWorker } from '../support/startSocketWorker.ts';
+import { socketWorkers } from '../support/startSocketWorker.ts';
 
 const backends = [
   { name: 'iptables-nft', rules: 'iptables', force: 'nft' },
@@ -32,13 +32,7 @@ for (const backend of backends) {
       );
       assert.equal(result.ipv6, true, 'dual-stack pod with a global IPv6 address gets IPv6 rules');
 
-      const workers: SocketWorker[] = [];
-      t.after(() => Promise.all(workers.map((w) => w.close())));
-      const start = async (netns: string, uid?: number) => {
-        const w = await startSocketWorker(uid === undefined ? { netns } : { netns, uid, gid: uid });
-        workers.push(w);
-        return w;
-      };
+      const start = socketWorkers(t);
       const proxy = await start(net.pod.path);
       const app = await start(net.pod.path, APP_UID);
       const proxyUser = await start(net.pod.path, PROXY_UID);

@@ -84,3 +84,17 @@ export async function startSocketWorker(options: SocketWorkerOptions): Promise<S
     },
   };
 }
+
+/**
+ * A starter for socket workers that all close when the test ends: `start(netns)` as root, or
+ * `start(netns, uid)` as that uid (and gid).
+ */
+export function socketWorkers(t: { after(fn: () => Promise<unknown>): void }): (netns: string, uid?: number) => Promise<SocketWorker> {
+  const workers: SocketWorker[] = [];
+  t.after(() => Promise.all(workers.map((w) => w.close())));
+  return async (netns, uid) => {
+    const w = await startSocketWorker(uid === undefined ? { netns } : { netns, uid, gid: uid });
+    workers.push(w);
+    return w;
+  };
+}
