@@ -2,7 +2,7 @@ import { type AmbientConfig, ambientProbeSetName } from '@istio-cni/capture';
 import type { CommandRunner, RunOptions } from '../commandRunner.ts';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 import { checkPodUid, parsePodAddress } from './podAddress.ts';
-import type { ProbeSetEntry, ProbeSetManager } from './probeSets.ts';
+import { entriesOfPod, type ProbeSetEntry, type ProbeSetManager } from './probeSets.ts';
 
 export interface IpsetProbeSetsOptions {
   runner: CommandRunner;
@@ -76,19 +76,9 @@ export function createIpsetProbeSets(options: IpsetProbeSetsOptions): ProbeSetMa
       return added;
     },
     async removePod(uid, ips) {
-      const wanted = new Set(ips.map((ip) => parsePodAddress(ip).address));
-      const removed: string[] = [];
-      const keptForOtherPods: ProbeSetEntry[] = [];
-      for (const entry of await manager.list()) {
-        if (!wanted.has(entry.ip)) continue;
-        if (entry.uid !== uid) {
-          keptForOtherPods.push(entry);
-          continue;
-        }
-        await manager.removeIp(entry.ip);
-        removed.push(entry.ip);
-      }
-      return { removed, keptForOtherPods };
+      const { own, others } = entriesOfPod(await manager.list(), uid, ips);
+      for (const entry of own) await manager.removeIp(entry.ip);
+      return { removed: own.map((e) => e.ip), keptForOtherPods: others };
     },
     async removeIp(ip) {
       const addr = parsePodAddress(ip);

@@ -9,7 +9,7 @@ import {
 import type { CommandRunner, RunOptions } from '../commandRunner.ts';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 import { checkPodUid, parsePodAddress } from './podAddress.ts';
-import type { ProbeSetEntry, ProbeSetManager } from './probeSets.ts';
+import { entriesOfPod, type ProbeSetEntry, type ProbeSetManager } from './probeSets.ts';
 
 export interface NftProbeSetsOptions {
   runner: CommandRunner;
@@ -68,17 +68,11 @@ export function createNftProbeSets(options: NftProbeSetsOptions): ProbeSetManage
       return added;
     },
     async removePod(uid, ips) {
-      const wanted = new Set(ips.map((ip) => parsePodAddress(ip).address));
-      const removed: string[] = [];
-      const keptForOtherPods: ProbeSetEntry[] = [];
-      for (const entry of await manager.list()) {
-        if (!wanted.has(entry.ip)) continue;
-        if (entry.uid !== uid) keptForOtherPods.push(entry);
-        else removed.push(entry.ip);
-      }
+      const { own, others } = entriesOfPod(await manager.list(), uid, ips);
+      const removed = own.map((e) => e.ip);
       const script = removed.map((ip) => ambientProbeSetElementScript(options.config, 'delete', ip) ?? '').join('');
       if (script !== '') await apply(script, `delete ${removed.join(', ')} from the nft probe sets`);
-      return { removed, keptForOtherPods };
+      return { removed, keptForOtherPods: others };
     },
     async removeIp(ip) {
       const addr = parsePodAddress(ip);

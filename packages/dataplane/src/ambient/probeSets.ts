@@ -1,3 +1,5 @@
+import { parsePodAddress } from './podAddress.ts';
+
 /** One entry of a probe set: a pod IP and, as comment, the UID of the pod it was added for. */
 export interface ProbeSetEntry {
   family: 4 | 6;
@@ -30,4 +32,23 @@ export interface ProbeSetManager {
   removePod(uid: string, ips: readonly string[]): Promise<RemovePodResult>;
   /** Removes an IP whatever its comment (start-up prune). */
   removeIp(ip: string): Promise<void>;
+}
+
+/**
+ * The entries for `ips` split by owner: the pod's own (comment = `uid`), which may be removed,
+ * and those another pod now holds after an IP reuse, which must stay.
+ */
+export function entriesOfPod(
+  entries: readonly ProbeSetEntry[],
+  uid: string,
+  ips: readonly string[],
+): { own: ProbeSetEntry[]; others: ProbeSetEntry[] } {
+  const wanted = new Set(ips.map((ip) => parsePodAddress(ip).address));
+  const own: ProbeSetEntry[] = [];
+  const others: ProbeSetEntry[] = [];
+  for (const entry of entries) {
+    if (!wanted.has(entry.ip)) continue;
+    (entry.uid === uid ? own : others).push(entry);
+  }
+  return { own, others };
 }
