@@ -19,7 +19,7 @@ import { execPlugin, type ExecResult } from './execPlugin.ts';
 import { startFakeKubeApi, type FakeKubeApi, type KubeObject } from './fakeKubeApi.ts';
 import { DEFAULT_ENABLEMENT_SELECTORS } from './meshPods.ts';
 import type { BridgeSpec } from './netnsPortBridge.ts';
-import { cniEnv, type PodAttachment } from './startAgentRig.ts';
+import { cniEnv, installedPluginConf, type PodAttachment } from './startAgentRig.ts';
 
 const bridgeScript = fileURLToPath(new URL('./netnsPortBridge.ts', import.meta.url));
 const SERVICE_ACCOUNT_TOKEN = 'test-token';
@@ -183,25 +183,7 @@ export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<strin
           await new Promise((r) => setTimeout(r, 50));
         }
       },
-      pluginConf(attachment, extra = {}) {
-        const conflist = JSON.parse(readFileSync(join(root.netDir, '10-primary.conflist'), 'utf8')) as {
-          cniVersion: string;
-          name: string;
-          plugins: Record<string, unknown>[];
-        };
-        const plugin = conflist.plugins.find((p) => p.type === 'istio-cni');
-        if (plugin === undefined) throw new Error(`istio-cni is not in the installed conflist: ${JSON.stringify(conflist)}`);
-        const conf: Record<string, unknown> = { ...plugin, cniVersion: conflist.cniVersion, name: conflist.name, ...extra };
-        if (attachment.address !== undefined) {
-          conf.prevResult = {
-            cniVersion: conflist.cniVersion,
-            interfaces: [{ name: 'eth0', sandbox: attachment.netns }],
-            ips: [{ address: attachment.address, ...(attachment.gateway ? { gateway: attachment.gateway } : {}), interface: 0 }],
-            dns: {},
-          };
-        }
-        return conf;
-      },
+      pluginConf: (attachment, extra = {}) => installedPluginConf(root.netDir, attachment, extra),
       exec(command, pod, attachment) {
         const conf = rig.pluginConf(attachment, { plugin_log_level: 'debug' });
         return execPlugin(PLUGIN, cniEnv(command, pod, attachment), JSON.stringify(conf), { timeoutMs: 60_000 });

@@ -37,6 +37,30 @@ export interface AgentRig {
   close(): Promise<void>;
 }
 
+/**
+ * The netconf libcni would give the plugin from the installed conflist: the istio-cni entry with
+ * the list's name and version, and a prevResult holding the attachment's address.
+ */
+export function installedPluginConf(netDir: string, attachment: PodAttachment | undefined, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  const conflist = JSON.parse(readFileSync(join(netDir, '10-primary.conflist'), 'utf8')) as {
+    cniVersion: string;
+    name: string;
+    plugins: Record<string, unknown>[];
+  };
+  const plugin = conflist.plugins.find((p) => p.type === 'istio-cni');
+  if (plugin === undefined) throw new Error(`istio-cni is not in the installed conflist: ${JSON.stringify(conflist)}`);
+  const conf: Record<string, unknown> = { ...plugin, cniVersion: conflist.cniVersion, name: conflist.name, ...extra };
+  if (attachment?.address !== undefined) {
+    conf.prevResult = {
+      cniVersion: conflist.cniVersion,
+      interfaces: [{ name: 'eth0', sandbox: attachment.netns }],
+      ips: [{ address: attachment.address, ...(attachment.gateway ? { gateway: attachment.gateway } : {}), interface: 0 }],
+      dns: {},
+    };
+  }
+  return conf;
+}
+
 export function cniEnv(command: string, pod: KubeObject, attachment: PodAttachment): Record<string, string> {
   const { name, namespace = 'default', uid = `uid-${namespace}-${name}` } = pod.metadata;
   return {
@@ -69,26 +93,7 @@ export async function startAgentRig(daemonEnv: Record<string, string> = {}): Pro
       root,
       api,
       daemon: await startDaemon(root, env),
-      pluginConf(attachment, extra = {}) {
-        const conflist = JSON.parse(readFileSync(join(root.netDir, '10-primary.conflist'), 'utf8')) as {
-          cniVersion: string;
-          name: string;
-          plugins: Record<string, unknown>[];
-        };
-        const plugin = conflist.plugins.find((p) => p.type === 'istio-cni');
-        if (plugin === undefined) throw new Error(`istio-cni is not in the installed conflist: ${JSON.stringify(conflist)}`);
-        // libcni injects the list's name and version into each plugin's netconf.
-        const conf: Record<string, unknown> = { ...plugin, cniVersion: conflist.cniVersion, name: conflist.name, ...extra };
-        if (attachment?.address !== undefined) {
-          conf.prevResult = {
-            cniVersion: conflist.cniVersion,
-            interfaces: [{ name: 'eth0', sandbox: attachment.netns }],
-            ips: [{ address: attachment.address, ...(attachment.gateway ? { gateway: attachment.gateway } : {}), interface: 0 }],
-            dns: {},
-          };
-        }
-        return conf;
-      },
+      pluginConf: (attachment, extra = {}) => installedPluginConf(root.netDir, attachment, extra),
       exec(command, pod, attachment, extra) {
         return execPlugin(PLUGIN, cniEnv(command, pod, attachment), JSON.stringify(rig.pluginConf(attachment, { plugin_log_level: 'debug', ...extra })), { timeoutMs: 60_000 });
       },
