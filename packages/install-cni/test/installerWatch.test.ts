@@ -203,3 +203,26 @@ describe('shutdown', () => {
     assert.equal(outcome, 'returned');
   });
 });
+
+describe('half-written primary config', () => {
+  it('waits for a named file another writer is still filling instead of failing the pass', async (t) => {
+    const host = await scratchHost(t);
+    const name = '00-minikube_cni.conf';
+    await writeFile(join(host.netDir, name), '{"cniVersion": "0.3.1", "na'); // torn: the writer is not done
+    const log = captureLogger();
+    const installer = new Installer({ settings: cniTestSettings(host, { confName: name }), logger: log.logger, throttle: { maxDelayMs: 20 } });
+    const controller = new AbortController();
+    let failed: unknown;
+    const running = installer.run(controller.signal).catch((err: unknown) => (failed = err));
+    t.after(async () => {
+      controller.abort();
+      await running;
+    });
+    // The installer has seen the torn file and waits, rather than failing the pass.
+    await waitFor('the installer waiting for complete JSON', () => failed ?? log.lines.find((l) => String(l.msg).includes('not complete JSON')));
+    assert.equal(failed, undefined);
+    await copyFile(join(CNI_TESTDATA, 'pre/minikube_cni.conf'), join(host.netDir, name));
+    await waitFor('installed', () => installer.ready || undefined);
+    assert.match(await readFile(join(host.netDir, '00-minikube_cni.conflist'), 'utf8'), /"type": "istio-cni"/);
+  });
+});

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '@istio-cni/handoff';
 import { listValidConfigFiles } from './cniConfigFiles.ts';
@@ -56,8 +56,23 @@ export async function resolveCniConfigPath(c: CniConfigSettings, o: ResolveOptio
       o.logger?.info('CNI config file does not exist yet; waiting', { path });
       if (!(await watcher.wait(o.signal))) throw new WaitAborted(`CNI config file ${path} did not appear`);
     }
+    // A file another component is still writing (not atomically) is not JSON yet: wait for the
+    // writer to finish rather than failing the pass on a half-written file.
+    while (!isJson(path)) {
+      o.logger?.info('CNI config file is not complete JSON yet; waiting', { path });
+      if (!(await watcher.wait(o.signal))) throw new WaitAborted(`CNI config file ${path} did not become readable JSON`);
+    }
     return path;
   } finally {
     watcher.close();
+  }
+}
+
+function isJson(path: string): boolean {
+  try {
+    JSON.parse(readFileSync(path, 'utf8'));
+    return true;
+  } catch {
+    return false;
   }
 }
