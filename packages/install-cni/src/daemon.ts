@@ -73,7 +73,8 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       threshold: () => settings.logLevels.plugin,
     });
     closers.push(() => logSink.close());
-    const health = await startHealthServer(settings.readinessPort, () => readiness.install && readiness.agent);
+    // SPEC 5.8: watch ready gates /readyz only with ambient on; the taint also waits for the informers.
+    const health = await startHealthServer(settings.readinessPort, () => readiness.install && (readiness.agent || !settings.ambientEnabled));
     closers.push(() => health.close());
     agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
     const handoff: HandoffServer = await startHandoffServer({
@@ -85,7 +86,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     // SPEC 1.4 step 6: the repair controller starts after the agent, before the installer loop.
     const repair = startRepairController({ settings, kubeconfigPath: opts.kubeconfigPath, logger, registry: metrics.registry });
     if (repair) closers.push(async () => repair.stop());
-    // The installer starts right away; /readyz waits for the agent's informers (SPEC 5.8).
+    // The installer starts right away; /readyz waits for the ambient agent's start-up (SPEC 5.8).
     if (agent) {
       agent.ready.then(
         () => {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { createJsonLogger } from '@istio-cni/handoff';
+import { createKubeClient } from '../src/kube/kubeClient.ts';
 import { loadKubeConfig } from '../src/kube/loadKubeConfig.ts';
 import { watchCluster } from '../src/kube/watchCluster.ts';
 import { startFakeKubeApi } from '../../../test/support/fakeKubeApi.ts';
@@ -18,7 +19,7 @@ describe('watchCluster recovery', () => {
     api.upsertNamespace({ metadata: { name: 'default' } });
     api.upsertPod(pod('a'));
     api.upsertPod(pod('elsewhere', 'n2'));
-    const watch = watchCluster(loadKubeConfig({ kubeconfigPath: `${dir}/kubeconfig`, serviceAccountDir: dir }), {
+    const watch = watchCluster(createKubeClient(loadKubeConfig({ kubeconfigPath: `${dir}/kubeconfig`, serviceAccountDir: dir })), {
       nodeName: 'n1',
       logger,
       retryDelayMs: 10,

@@ -2,6 +2,7 @@ import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capt
 import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
+import { createKubeClient, type KubeClient } from '../kube/kubeClient.ts';
 import { loadKubeConfig, type KubeConfigSource } from '../kube/loadKubeConfig.ts';
 import { watchCluster, type ClusterWatch } from '../kube/watchCluster.ts';
 import { createDaemonSetLookup } from '../kube/daemonSetLookup.ts';
@@ -9,7 +10,6 @@ import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
 import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
 import type { MeshDataplane } from '../ambient/meshDataplane.ts';
 import { startAmbient, type Ambient, type AmbientOptions } from '../ambient/startAmbient.ts';
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { createAgentMetrics } from './agentMetrics.ts';
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
@@ -50,8 +50,8 @@ export interface NodeAgent {
 }
 
 export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
-  const kc = loadKubeConfig(options.kube);
-  const cluster = watchCluster(kc, { nodeName: options.nodeName, logger: options.logger });
+  const kube = createKubeClient(loadKubeConfig(options.kube));
+  const cluster = watchCluster(kube, { nodeName: options.nodeName, logger: options.logger });
   const capture = createSidecarCaptureManager({
     runner: createExecCommandRunner(),
     openScratchNetns: createScratchNetnsOpener(),
@@ -64,7 +64,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     selectors: options.ambientSelectors,
   };
   let ambient: Ambient | undefined;
-  const ambientStarting = options.ambientEnabled ? startAmbientFor(kc, cluster, options) : undefined;
+  const ambientStarting = options.ambientEnabled ? startAmbientFor(kube, cluster, options) : undefined;
   const ready = (async () => {
     await cluster.synced;
     if (ambientStarting === undefined) return;
@@ -95,7 +95,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     ready,
     notReadyReason,
     ...(options.ambientEnabled
-      ? { upgradeLookup: createDaemonSetLookup(kc, options.podNamespace, () => nodeLabels(kc, options.nodeName)) }
+      ? { upgradeLookup: createDaemonSetLookup(kube, options.podNamespace, () => nodeLabels(kube, options.nodeName)) }
       : {}),
     async stop(cleanup) {
       cluster.stop();
@@ -105,19 +105,19 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   };
 }
 
-async function nodeLabels(kc: KubeConfig, nodeName: string): Promise<Record<string, string>> {
-  const node = await kc.makeApiClient(CoreV1Api).readNode({ name: nodeName });
+async function nodeLabels(kube: KubeClient, nodeName: string): Promise<Record<string, string>> {
+  const node = await kube.request<{ metadata?: { labels?: Record<string, string> } }>({ method: 'GET', path: `/api/v1/nodes/${encodeURIComponent(nodeName)}` });
   return node.metadata?.labels ?? {};
 }
 
-function startAmbientFor(kc: KubeConfig, cluster: ClusterWatch, options: NodeAgentOptions): Promise<Ambient> {
+function startAmbientFor(kube: KubeClient, cluster: ClusterWatch, options: NodeAgentOptions): Promise<Ambient> {
   const a = options.ambient;
   if (a === undefined) return Promise.reject(new Error('ambient enabled without ambient settings'));
   return startAmbient({
     ...a,
     view: cluster.view,
     synced: cluster.synced,
-    annotator: createPodAnnotator(kc),
+    annotator: createPodAnnotator(kube),
     policy: { selectors: options.ambientSelectors, excludeNamespaces: options.excludeNamespaces, systemNamespace: a.systemNamespace },
     logger: options.logger.with({ component: 'ambient' }),
     registry: options.registry,

@@ -1,13 +1,27 @@
-import { AppsV1Api, type KubeConfig, type V1NodeSelectorRequirement } from '@kubernetes/client-node';
+import { KubeApiError, type KubeClient } from './kubeClient.ts';
 import type { DaemonSetLookup, DaemonSetState } from '../installer/upgradeSafety.ts';
 
 export const DAEMONSET_NAME = 'istio-cni-node';
 
-function code(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null ? (err as { code?: number }).code : undefined;
+interface NodeSelectorRequirement {
+  key: string;
+  operator: string;
+  values?: string[];
 }
 
-function requirementMatches(req: V1NodeSelectorRequirement, labels: Record<string, string>): boolean {
+/** The fields of an apps/v1 DaemonSet read here. */
+interface DaemonSet {
+  metadata?: { deletionTimestamp?: string | null };
+  spec?: {
+    template?: {
+      spec?: {
+        affinity?: { nodeAffinity?: { requiredDuringSchedulingIgnoredDuringExecution?: { nodeSelectorTerms?: { matchExpressions?: NodeSelectorRequirement[] }[] } } };
+      };
+    };
+  };
+}
+
+function requirementMatches(req: NodeSelectorRequirement, labels: Record<string, string>): boolean {
   const has = Object.prototype.hasOwnProperty.call(labels, req.key);
   const value = labels[req.key];
   const values = req.values ?? [];
@@ -37,15 +51,17 @@ function requirementMatches(req: V1NodeSelectorRequirement, labels: Record<strin
  * required node affinity still admits this node (a relabelled node means "not an upgrade").
  * RBAC grants `get` on this one name only.
  */
-export function createDaemonSetLookup(kc: KubeConfig, namespace: string, nodeLabels: () => Promise<Record<string, string>>): DaemonSetLookup {
-  const apps = kc.makeApiClient(AppsV1Api);
+export function createDaemonSetLookup(client: KubeClient, namespace: string, nodeLabels: () => Promise<Record<string, string>>): DaemonSetLookup {
   return {
     async lookup(): Promise<DaemonSetState> {
-      let ds;
+      let ds: DaemonSet;
       try {
-        ds = await apps.readNamespacedDaemonSet({ name: DAEMONSET_NAME, namespace });
+        ds = await client.request<DaemonSet>({
+          method: 'GET',
+          path: `/apis/apps/v1/namespaces/${encodeURIComponent(namespace)}/daemonsets/${DAEMONSET_NAME}`,
+        });
       } catch (err) {
-        const c = code(err);
+        const c = err instanceof KubeApiError ? err.code : undefined;
         if (c === 404) return { kind: 'not-found' };
         if (c === 401 || c === 403) return { kind: 'unauthorized' };
         throw err;

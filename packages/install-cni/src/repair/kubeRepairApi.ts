@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import { MERGE_PATCH, type KubeClient } from '../kube/kubeClient.ts';
+import { podStatusPath } from '../kube/podStatusAnnotator.ts';
 import type { EventType, RepairApi } from './repairApi.ts';
 import type { RepairPod } from './repairPod.ts';
 
@@ -11,31 +12,36 @@ function nameOf(pod: RepairPod): { name: string; namespace: string } {
   return { name, namespace };
 }
 
-/** {@link RepairApi} over client-node with the daemon's own credentials. */
-export function createKubeRepairApi(kc: KubeConfig, options: { nodeName: string }): RepairApi {
-  const core = kc.makeApiClient(CoreV1Api);
+/** {@link RepairApi} over the daemon's own API client. */
+export function createKubeRepairApi(client: KubeClient, options: { nodeName: string }): RepairApi {
   return {
     async deletePod(pod) {
       const preconditions = {
         ...(pod.metadata.uid ? { uid: pod.metadata.uid } : {}),
         ...(pod.metadata.resourceVersion ? { resourceVersion: pod.metadata.resourceVersion } : {}),
       };
-      await core.deleteNamespacedPod({ ...nameOf(pod), body: { preconditions } });
+      const { name, namespace } = nameOf(pod);
+      await client.request({
+        method: 'DELETE',
+        path: `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`,
+        body: { kind: 'DeleteOptions', apiVersion: 'v1', preconditions },
+      });
     },
     async labelPod(pod, key, value) {
-      await core.patchNamespacedPodStatus(
-        { ...nameOf(pod), body: { metadata: { labels: { [key]: value } } } },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      );
+      const { name, namespace } = nameOf(pod);
+      await client.request({ method: 'PATCH', path: podStatusPath(namespace, name), contentType: MERGE_PATCH, body: { metadata: { labels: { [key]: value } } } });
     },
     async recordEvent(pod, type: EventType, reason, message) {
       const { name, namespace } = nameOf(pod);
       const now = new Date();
       // client-go's recorder names events `<object>.<unique hex>` the same way.
       const eventName = `${name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}`;
-      await core.createNamespacedEvent({
-        namespace,
+      await client.request({
+        method: 'POST',
+        path: `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`,
         body: {
+          apiVersion: 'v1',
+          kind: 'Event',
           metadata: { name: eventName, namespace },
           involvedObject: {
             apiVersion: 'v1',
@@ -49,8 +55,8 @@ export function createKubeRepairApi(kc: KubeConfig, options: { nodeName: string 
           reason,
           message,
           count: 1,
-          firstTimestamp: now,
-          lastTimestamp: now,
+          firstTimestamp: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
+          lastTimestamp: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
           source: { component: REPAIR_EVENT_COMPONENT, host: options.nodeName },
           reportingComponent: REPAIR_EVENT_COMPONENT,
           reportingInstance: options.nodeName,

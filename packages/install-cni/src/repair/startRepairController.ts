@@ -8,6 +8,7 @@ import {
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
+import { createKubeClient } from '../kube/kubeClient.ts';
 import { loadKubeConfig } from '../kube/loadKubeConfig.ts';
 import type { Settings } from '../settings/settings.ts';
 import { daemonKubeSource } from './daemonKubeSource.ts';
@@ -57,8 +58,8 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
   // Upstream watches `spec.nodeName=` (no pod) when REPAIR_NODE_NAME is unset; this node is what is meant.
   // NODE_NAME (downward API) before KUBERNETES_NODE_NAME, which falls back to the container's hostname.
   const nodeName = repair.nodeName || settings.nodeName || settings.k8sNodeName;
-  const kc = loadKubeConfig(source);
-  const watch = watchRepairPods(kc, {
+  const kube = createKubeClient(loadKubeConfig(source));
+  const watch = watchRepairPods(kube, {
     labelSelector: repair.labelSelectors,
     fieldSelector: repairFieldSelector(repair.fieldSelectors, nodeName),
     logger,
@@ -86,7 +87,7 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
     filter: brokenPodFilter(repair),
     labelKey: repair.brokenPodLabelKey,
     labelValue: repair.brokenPodLabelValue,
-    api: createKubeRepairApi(kc, { nodeName }),
+    api: createKubeRepairApi(kube, { nodeName }),
     ...(repairInPlace ? { repairInPlace } : {}),
     getPod: (key) => {
       const slash = key.indexOf('/');

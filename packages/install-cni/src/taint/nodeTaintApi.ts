@@ -1,4 +1,4 @@
-import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import { JSON_PATCH, type KubeClient } from '../kube/kubeClient.ts';
 
 export interface Taint {
   key: string;
@@ -15,15 +15,15 @@ export interface NodeTaintApi {
   patchNode(nodeName: string, ops: readonly JsonPatchOp[]): Promise<void>;
 }
 
-export function createKubeNodeTaintApi(kc: KubeConfig): NodeTaintApi {
-  const core = kc.makeApiClient(CoreV1Api);
+export function createKubeNodeTaintApi(client: KubeClient): NodeTaintApi {
+  const path = (name: string) => `/api/v1/nodes/${encodeURIComponent(name)}`;
   return {
     async getTaints(name) {
-      const node = await core.readNode({ name });
+      const node = await client.request<{ spec?: { taints?: Taint[] } }>({ method: 'GET', path: path(name) });
       return (node.spec?.taints ?? []).map((t) => ({ key: t.key, effect: t.effect, ...(t.value === undefined ? {} : { value: t.value }) }));
     },
     async patchNode(name, ops) {
-      await core.patchNode({ name, body: ops }, setHeaderOptions('Content-Type', PatchStrategy.JsonPatch));
+      await client.request({ method: 'PATCH', path: path(name), contentType: JSON_PATCH, body: ops });
     },
   };
 }

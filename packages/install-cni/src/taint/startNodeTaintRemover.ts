@@ -1,4 +1,5 @@
 import type { Logger } from '@istio-cni/handoff';
+import { createKubeClient } from '../kube/kubeClient.ts';
 import { loadKubeConfig } from '../kube/loadKubeConfig.ts';
 import { daemonKubeSource } from '../repair/daemonKubeSource.ts';
 import type { Settings } from '../settings/settings.ts';
@@ -25,7 +26,7 @@ export function startNodeTaintRemover(options: StartNodeTaintRemoverOptions): No
   // NODE_NAME comes from the downward API; KUBERNETES_NODE_NAME falls back to the hostname.
   const nodeName = settings.nodeName || settings.repair.nodeName || settings.k8sNodeName;
   return createNodeTaintRemover({
-    api: createKubeNodeTaintApi(loadKubeConfig(source)),
+    api: createKubeNodeTaintApi(createKubeClient(loadKubeConfig(source))),
     nodeName,
     taintKey: settings.nodeTaint.key,
     logger,
