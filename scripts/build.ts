@@ -8,7 +8,7 @@
  * The plugin, whose start-up every pod pays, embeds its bundle as an asset next to a V8 code cache
  * warmed by one real ADD at build time, and a small loader compiles the bundle with that cache.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -29,20 +29,25 @@ interface Target {
   entry: string;
   /** Embed the bundle with a code cache warmed by a build-time ADD (see scripts/sea/). */
   warmCodeCache?: boolean;
+  /** Node.js and V8 flags the executable always starts with (sea-config `execArgv`). */
+  execArgv?: string[];
   /** Files embedded in the executable, read at run time with `node:sea` `getAsset`. */
   assets?: Record<string, string>;
   /** Checks the executable runs standalone; throws with its output when it does not. */
   verify(executable: string, cwd: string): void;
 }
 
-function run(file: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string } = {}): string {
-  return execFileSync(file, args, {
-    cwd: opts.cwd ?? root,
-    env: opts.env ?? process.env,
-    input: opts.input,
-    encoding: 'utf8',
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+function run(
+  file: string,
+  args: string[],
+  opts: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string; stderrMustBeEmpty?: boolean } = {},
+): string {
+  const r = spawnSync(file, args, { cwd: opts.cwd ?? root, env: opts.env ?? process.env, input: opts.input, encoding: 'utf8' });
+  if (r.error) throw r.error;
+  if (r.status !== 0) throw new Error(`${file} ${args.join(' ')} exited ${r.status ?? r.signal}: ${r.stderr}`);
+  // A warning on every start (a rejected code cache, say) is a build defect, not noise.
+  if (opts.stderrMustBeEmpty && r.stderr !== '') throw new Error(`${file} ${args.join(' ')} wrote to stderr: ${r.stderr}`);
+  return r.stdout;
 }
 
 const cleanEnv = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
@@ -57,24 +62,32 @@ const targets: Target[] = [
         cwd,
         env: { ...cleanEnv, CNI_COMMAND: 'VERSION', ISTIO_CNI_CHECK_CODE_CACHE: '1' },
         input: '{"cniVersion":"1.1.0"}',
+        stderrMustBeEmpty: true,
       });
       const info = JSON.parse(out) as { supportedVersions?: string[] };
       if (!info.supportedVersions?.includes('1.1.0')) throw new Error(`unexpected VERSION answer: ${out}`);
-      const about = run(exe, ['--version'], { cwd, env: cleanEnv });
+      const about = run(exe, ['--version'], { cwd, env: cleanEnv, stderrMustBeEmpty: true });
       if (!about.includes(version)) throw new Error(`--version does not name ${version}: ${about}`);
     },
   },
   {
     name: 'install-cni',
     entry: 'packages/install-cni/src/main.ts',
+    // A long-lived daemon of I/O glue on a 2-core node: a 1 MiB young generation (default up to
+    // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
+    // compiler code. Measured in bench/ambient.ts (README, "Daemon memory").
+    execArgv: ['--max-semi-space-size=1', '--no-opt', '--no-maglev'],
     // koffi's native addon (SEQPACKET sockets with SCM_RIGHTS for ZDS) cannot be required from
     // inside the blob; the dataplane's loadKoffi() extracts this copy and dlopens it.
     assets: { 'koffi.node': join(root, 'node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node') },
     verify(exe, cwd) {
-      const out = run(exe, ['--version'], { cwd, env: cleanEnv }).trim();
+      const out = run(exe, ['--version'], { cwd, env: cleanEnv, stderrMustBeEmpty: true }).trim();
       if (out !== version) throw new Error(`--version printed ${JSON.stringify(out)}, want ${version}`);
-      const check = run(exe, ['check-runtime'], { cwd, env: cleanEnv }).trim();
+      const check = run(exe, ['check-runtime'], { cwd, env: cleanEnv, stderrMustBeEmpty: true }).trim();
       if (!check.endsWith('ok')) throw new Error(`check-runtime printed ${JSON.stringify(check)}`);
+      for (const flag of this.execArgv ?? []) {
+        if (!check.split('\n')[0]?.split(' ').includes(flag)) throw new Error(`the executable does not run with ${flag}: ${JSON.stringify(check)}`);
+      }
     },
   },
 ];
@@ -128,10 +141,12 @@ async function makeExecutable(target: Target, bundleFile: string): Promise<strin
       output: blob,
       disableExperimentalSEAWarning: true,
       useCodeCache: true,
+      ...(target.execArgv ? { execArgv: target.execArgv } : {}),
       assets: entry.assets,
     }),
   );
-  run(nodeBinary, ['--experimental-sea-config', seaConfig]);
+  // The code cache is made by this process: under the executable's own flags, or V8 rejects it.
+  run(nodeBinary, [...(target.execArgv ?? []), '--experimental-sea-config', seaConfig]);
   const exe = join(distDir, target.name);
   const staging = `${exe}.tmp`;
   copyFileSync(nodeBinary, staging);

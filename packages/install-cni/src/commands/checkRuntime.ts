@@ -32,6 +32,7 @@ export function checkRuntimeCommand(): Command {
   return new Command('check-runtime')
     .description('verify the native socket support (SOCK_SEQPACKET with fd passing) used for ztunnel')
     .action(async () => {
-      process.stdout.write((await checkRuntime()) + '\n');
+      // The runtime flags the executable embeds (sea-config execArgv), for the build's check and operators.
+      process.stdout.write(`node ${process.version} ${process.execArgv.join(' ')}`.trimEnd() + '\n' + (await checkRuntime()) + '\n');
     });
 }
