@@ -197,4 +197,15 @@ describe('informer', () => {
     assert.equal(warnings.length, 2);
     assert.match(warnings[0] ?? '', /HTTP 500: etcd unavailable/);
   });
+
+  it('stopped while its list is in flight: opens no watch', async (t) => {
+    const { seen, client } = await scriptedApi(t, (_req, res) => {
+      setTimeout(() => json(res, 200, { metadata: { resourceVersion: '1' }, items: [] }), 50);
+    });
+    const informer = runInformer(client, { what: 'pod', path: '/api/v1/pods', store: new ObjectStore<ReturnType<typeof pod>>(), logger });
+    await waitFor('the list request', () => seen.length === 1 || undefined);
+    informer.stop();
+    await new Promise((r) => setTimeout(r, 150));
+    assert.deepEqual(seen.map((r) => r.url.searchParams.get('watch')), [null], 'only the list');
+  });
 });

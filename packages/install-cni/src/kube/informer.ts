@@ -103,6 +103,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           markSynced();
           delay = initialDelay;
         }
+        if (stopped) break;
         // The server ends the watch after timeoutSeconds (5–10 min, spread like client-go's).
         const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
         let rv: string = resourceVersion;
