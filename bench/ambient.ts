@@ -6,6 +6,7 @@
  * concurrent ADDs in pods/s, and the daemon's RSS with 250 enrolled pods. Netns creation and pod
  * registration are not timed. Run alone with `node bench/ambient.ts` (RUNS, default 30).
  */
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -91,6 +92,21 @@ function rssParts(pid: number): { anonKiB?: number; fileKiB?: number } {
 
 const mib = (kib: number | undefined) => (kib === undefined ? 'n/a' : (kib / 1024).toFixed(1));
 
+/**
+ * The RSS parts of the embedded runtime doing nothing (`node -e` with a timer, after 1 s): the floor
+ * under any Node process, measured in the same run. File-backed pages depend on what of the
+ * executable the page cache holds (the kernel maps cached neighbours of each touched page).
+ */
+async function idleRuntimeRss(): Promise<{ anonKiB?: number; fileKiB?: number }> {
+  const child = spawn(NODE, ['-e', 'setTimeout(() => {}, 10_000)'], { stdio: 'ignore', env: PATH_ENV });
+  try {
+    await new Promise((r) => setTimeout(r, 1000));
+    return child.pid === undefined ? {} : rssParts(child.pid);
+  } finally {
+    child.kill('SIGKILL');
+  }
+}
+
 export async function benchAmbient(runs: number): Promise<AmbientBenchResult | undefined> {
   if (process.getuid?.() !== 0) {
     console.log('\n(skipping ambient enrolment benchmark: needs root for network namespaces)');
@@ -167,6 +183,7 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     await new Promise((r) => setTimeout(r, 2000));
     const rssKiB = readRssKiB(pid);
     const parts = rssParts(pid);
+    const idle = await idleRuntimeRss();
     const probeEntries = (await probeSetEntries(node.netns.path)).length;
     if (probeEntries !== enrolled) throw new Error(`probe set holds ${probeEntries} entries, want ${enrolled}`);
 
@@ -180,6 +197,7 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     console.log(`| daemon RSS with ${enrolled} enrolled pods, MiB | ${mib(rssKiB)} | ≤ ${TARGET_RSS_MIB} ${rssKiB !== undefined && rssKiB / 1024 <= TARGET_RSS_MIB ? '(met)' : '(NOT met)'} |`);
     console.log(`| of which anonymous (heap, stacks) / file-backed (the executable), MiB | ${mib(parts.anonKiB)} / ${mib(parts.fileKiB)} | |`);
     console.log(`| daemon peak RSS while enrolling, MiB | ${mib(peakKiB)} | |`);
+    console.log(`| baseline: the embedded runtime idle (node -e), anonymous / file-backed, MiB | ${mib(idle.anonKiB)} / ${mib(idle.fileKiB)} | |`);
     return {
       addMedianMs: amb?.medianMs ?? Number.NaN,
       baselineMedianMs: base?.medianMs ?? Number.NaN,

@@ -38,8 +38,31 @@ async function dump(argv: readonly string[]): Promise<string[]> {
   return argv[0]?.endsWith('-save') === true ? normalizeIptablesSave(lines) : normalizeNftRuleset(lines);
 }
 
-/** Prefixes each `nft list ruleset` line with its table and chain, so a diff line says where it is. */
+/**
+ * Prefixes each `nft list ruleset` line with its table and chain, so a diff line says where it is,
+ * and drops what only says a table exists: an accept-policy base chain with no rule, and a table left
+ * with nothing else. iptables-nft creates those on first use and never removes them (the reference
+ * bridge plugin's masquerade does, in the host netns), as merely listing a legacy table does there.
+ */
 function normalizeNftRuleset(lines: readonly string[]): string[] {
+  const out = nftLines(lines);
+  const contents = new Map<string, string[]>();
+  for (const line of out) {
+    const chain = /^(table \S+ \S+ chain \S+) (.+)$/.exec(line);
+    if (chain) contents.set(chain[1] as string, [...(contents.get(chain[1] as string) ?? []), chain[2] as string]);
+  }
+  const emptyBaseChain = (key: string) => {
+    const body = contents.get(key) ?? [];
+    return body.length === 1 && /^type \S+ hook \S+ .*policy accept;$/.test(body[0] ?? '');
+  };
+  const kept = out.filter((line) => {
+    const chain = /^(table \S+ \S+ chain \S+)( |$)/.exec(line);
+    return chain === null || !emptyBaseChain(chain[1] as string);
+  });
+  return kept.filter((line) => !/^table \S+ \S+$/.test(line) || kept.some((other) => other !== line && other.startsWith(`${line} `)));
+}
+
+function nftLines(lines: readonly string[]): string[] {
   const out: string[] = [];
   let table = '';
   let chain = '';
