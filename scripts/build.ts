@@ -75,7 +75,7 @@ const targets: Target[] = [
     entry: 'packages/install-cni/src/main.ts',
     // A long-lived daemon of I/O glue on a 2-core node: a 1 MiB young generation (default up to
     // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
-    // compiler code. Measured in bench/ambient.ts (README, "Daemon memory").
+    // compiler code. Measured in bench/ambient.ts (README, "Daemon runtime flags").
     execArgv: ['--max-semi-space-size=1', '--no-opt', '--no-maglev'],
     // koffi's native addon (SEQPACKET sockets with SCM_RIGHTS for ZDS) cannot be required from
     // inside the blob; the dataplane's loadKoffi() extracts this copy and dlopens it.

@@ -239,7 +239,8 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
             if (pending.length > MAX_WATCH_LINE_BYTES) finish(new Error(`watch ${path}: event exceeds ${MAX_WATCH_LINE_BYTES} bytes`));
           });
           res.on('end', () => finish());
-          res.on('aborted', () => finish(new Error(`watch ${path}: stream aborted`)));
+          // A close without an end is a connection lost mid-stream, not the server's timeout.
+          res.on('close', () => finish(new Error(`watch ${path}: connection closed mid-stream`)));
           res.on('error', (err) => finish(err));
         });
         req.end();
