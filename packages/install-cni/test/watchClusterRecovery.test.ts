@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { createJsonLogger } from '@istio-cni/handoff';
-import { createKubeClient } from '../src/kube/kubeClient.ts';
-import { loadKubeConfig } from '../src/kube/loadKubeConfig.ts';
+import { createKubeClient, loadKubeConfig } from '@istio-cni/kube';
 import { watchCluster } from '../src/kube/watchCluster.ts';
 import { startFakeKubeApi } from '../../../test/support/fakeKubeApi.ts';
 import { tempDir, waitFor } from './testHelpers.ts';

@@ -2,8 +2,7 @@ import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capt
 import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
-import { createKubeClient, type KubeClient } from '../kube/kubeClient.ts';
-import { loadKubeConfig, type KubeConfigSource } from '../kube/loadKubeConfig.ts';
+import { createKubeClient, type KubeClient, loadKubeConfig, type KubeConfigSource } from '@istio-cni/kube';
 import { watchCluster, type ClusterWatch } from '../kube/watchCluster.ts';
 import { createDaemonSetLookup } from '../kube/daemonSetLookup.ts';
 import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';

@@ -1,4 +1,4 @@
-import { KubeApiError, type KubeClient } from './kubeClient.ts';
+import { KubeApiError, type KubeClient } from '@istio-cni/kube';
 import type { DaemonSetLookup, DaemonSetState } from '../installer/upgradeSafety.ts';
 
 export const DAEMONSET_NAME = 'istio-cni-node';

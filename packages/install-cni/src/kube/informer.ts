@@ -1,6 +1,6 @@
 import type { Logger } from '@istio-cni/handoff';
 import type { ObjectStore } from './clusterView.ts';
-import { KubeApiError, type KubeClient, type WatchEvent } from './kubeClient.ts';
+import { KubeApiError, type KubeClient, type WatchEvent } from '@istio-cni/kube';
 
 type Meta = { metadata: { name?: string; namespace?: string; resourceVersion?: string } };
 

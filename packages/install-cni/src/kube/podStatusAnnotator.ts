@@ -1,4 +1,4 @@
-import { KubeApiError, MERGE_PATCH, type KubeClient } from './kubeClient.ts';
+import { KubeApiError, MERGE_PATCH, type KubeClient } from '@istio-cni/kube';
 
 /** Sets (or with `null` removes) one pod annotation through the `pods/status` subresource. */
 export interface PodAnnotator {

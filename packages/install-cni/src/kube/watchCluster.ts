@@ -2,7 +2,7 @@ import type { Namespace, Pod } from '@istio-cni/capture';
 import type { Logger } from '@istio-cni/handoff';
 import { ObjectStore, type ClusterView, type KubeReader } from './clusterView.ts';
 import { runInformer } from './informer.ts';
-import { KubeApiError, type KubeClient } from './kubeClient.ts';
+import { KubeApiError, type KubeClient } from '@istio-cni/kube';
 
 export interface WatchClusterOptions {
   nodeName: string;

@@ -1,4 +1,4 @@
-import type { KubeConfigSource } from '../kube/loadKubeConfig.ts';
+import type { KubeConfigSource } from '@istio-cni/kube';
 import type { Settings } from '../settings/settings.ts';
 
 /** The daemon's own API credentials (as the agent uses them); `undefined` when no API is configured. */

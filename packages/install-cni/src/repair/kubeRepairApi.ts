@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { MERGE_PATCH, type KubeClient } from '../kube/kubeClient.ts';
+import { MERGE_PATCH, type KubeClient } from '@istio-cni/kube';
 import { podStatusPath } from '../kube/podStatusAnnotator.ts';
 import type { EventType, RepairApi } from './repairApi.ts';
 import type { RepairPod } from './repairPod.ts';

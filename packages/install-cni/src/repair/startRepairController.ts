@@ -8,8 +8,7 @@ import {
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
-import { createKubeClient } from '../kube/kubeClient.ts';
-import { loadKubeConfig } from '../kube/loadKubeConfig.ts';
+import { createKubeClient, loadKubeConfig } from '@istio-cni/kube';
 import type { Settings } from '../settings/settings.ts';
 import { daemonKubeSource } from './daemonKubeSource.ts';
 import { findNetnsByIp } from './findNetnsByIp.ts';

@@ -1,7 +1,7 @@
 import type { Logger } from '@istio-cni/handoff';
 import { ObjectStore } from '../kube/clusterView.ts';
 import { runInformer } from '../kube/informer.ts';
-import type { KubeClient } from '../kube/kubeClient.ts';
+import type { KubeClient } from '@istio-cni/kube';
 import type { RepairPod } from './repairPod.ts';
 
 export interface RepairPodWatchOptions {

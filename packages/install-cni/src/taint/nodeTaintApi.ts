@@ -1,4 +1,4 @@
-import { JSON_PATCH, type KubeClient } from '../kube/kubeClient.ts';
+import { JSON_PATCH, type KubeClient } from '@istio-cni/kube';
 
 export interface Taint {
   key: string;

@@ -1,6 +1,5 @@
 import type { Logger } from '@istio-cni/handoff';
-import { createKubeClient } from '../kube/kubeClient.ts';
-import { loadKubeConfig } from '../kube/loadKubeConfig.ts';
+import { createKubeClient, loadKubeConfig } from '@istio-cni/kube';
 import { daemonKubeSource } from '../repair/daemonKubeSource.ts';
 import type { Settings } from '../settings/settings.ts';
 import { createKubeNodeTaintApi } from './nodeTaintApi.ts';

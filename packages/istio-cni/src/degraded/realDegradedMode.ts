@@ -4,7 +4,8 @@ import { captureEnvironmentFrom } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
 import type { PluginConfig } from '../pluginConfig.ts';
-import { getNamespace, getPod, readPluginKubeconfig, type PluginKubeconfig } from './apiReader.ts';
+import type { KubeClient } from '@istio-cni/kube';
+import { getNamespace, getPod, pluginApiClient } from './apiReader.ts';
 import { degradedAdd, degradedCheck, type DegradedDeps, type DegradedOutcome } from './degradedMode.ts';
 
 const REQUEST_TIMEOUT_MS = 5_000;
@@ -15,9 +16,9 @@ const REQUEST_TIMEOUT_MS = 5_000;
  */
 async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
   const kubeconfigPath = runDirPath(config.cniAgentRunDir, PLUGIN_KUBECONFIG);
-  let kubeconfig: PluginKubeconfig;
+  let client: KubeClient;
   try {
-    kubeconfig = await readPluginKubeconfig(kubeconfigPath);
+    client = pluginApiClient(kubeconfigPath, REQUEST_TIMEOUT_MS);
   } catch (err) {
     throw new CniError(
       ErrorCode.TryAgainLater,
@@ -35,8 +36,8 @@ async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
     ...(forceIptablesBinary ? { forceIptablesBinary } : {}),
   });
   return {
-    getPod: (ns, name) => getPod(kubeconfig, ns, name, REQUEST_TIMEOUT_MS),
-    getNamespace: (name) => getNamespace(kubeconfig, name, REQUEST_TIMEOUT_MS),
+    getPod: (ns, name) => getPod(client, ns, name),
+    getNamespace: (name) => getNamespace(client, name),
     applySidecar: (pod, netns, podIps) => capture.apply(pod, netns, podIps),
     verifySidecar: (pod, netns) => capture.verify(pod, netns),
     sleep: (ms) => sleep(ms),

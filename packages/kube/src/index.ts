@@ -1,0 +1,13 @@
+export { loadKubeConfig, readKubeconfigFile, type KubeConfigSource, type KubeCredentials } from './loadKubeConfig.ts';
+export {
+  JSON_PATCH,
+  KubeApiError,
+  MERGE_PATCH,
+  createKubeClient,
+  type KubeClient,
+  type KubeClientOptions,
+  type KubeRequest,
+  type WatchEvent,
+  type WatchEventType,
+  type WatchStream,
+} from './kubeClient.ts';
