@@ -4,6 +4,8 @@ export {
   KubeApiError,
   MERGE_PATCH,
   createKubeClient,
+  getOrUndefined,
+  isNotFound,
   type KubeClient,
   type KubeClientOptions,
   type KubeRequest,
@@ -11,3 +13,4 @@ export {
   type WatchEventType,
   type WatchStream,
 } from './kubeClient.ts';
+export { daemonSetPath, eventsPath, namespacePath, nodePath, podPath, podStatusPath } from './resourcePaths.ts';

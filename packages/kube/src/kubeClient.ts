@@ -35,6 +35,10 @@ export class KubeApiError extends Error {
   }
 }
 
+export function isNotFound(err: unknown): boolean {
+  return err instanceof KubeApiError && err.code === 404;
+}
+
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK';
 
 export interface WatchEvent {
@@ -87,6 +91,16 @@ function statusError(method: string, path: string, status: number, body: string)
     // Not JSON: keep the raw text.
   }
   return new KubeApiError(`${method} ${path}: HTTP ${status}: ${message}`, status, reason);
+}
+
+/** GET of one object; `undefined` when it does not exist. */
+export async function getOrUndefined<T>(client: KubeClient, path: string): Promise<T | undefined> {
+  try {
+    return await client.request<T>({ method: 'GET', path });
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
 }
 
 export function createKubeClient(creds: KubeCredentials, options: KubeClientOptions = {}): KubeClient {

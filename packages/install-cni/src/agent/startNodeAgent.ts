@@ -2,7 +2,7 @@ import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capt
 import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
-import { createKubeClient, type KubeClient, loadKubeConfig, type KubeConfigSource } from '@istio-cni/kube';
+import { createKubeClient, type KubeClient, loadKubeConfig, nodePath, type KubeConfigSource } from '@istio-cni/kube';
 import { watchCluster, type ClusterWatch } from '../kube/watchCluster.ts';
 import { createDaemonSetLookup } from '../kube/daemonSetLookup.ts';
 import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
@@ -105,7 +105,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
 }
 
 async function nodeLabels(kube: KubeClient, nodeName: string): Promise<Record<string, string>> {
-  const node = await kube.request<{ metadata?: { labels?: Record<string, string> } }>({ method: 'GET', path: `/api/v1/nodes/${encodeURIComponent(nodeName)}` });
+  const node = await kube.request<{ metadata?: { labels?: Record<string, string> } }>({ method: 'GET', path: nodePath(nodeName) });
   return node.metadata?.labels ?? {};
 }
 

@@ -1,4 +1,4 @@
-import { KubeApiError, type KubeClient } from '@istio-cni/kube';
+import { KubeApiError, daemonSetPath, type KubeClient } from '@istio-cni/kube';
 import type { DaemonSetLookup, DaemonSetState } from '../installer/upgradeSafety.ts';
 
 export const DAEMONSET_NAME = 'istio-cni-node';
@@ -56,10 +56,7 @@ export function createDaemonSetLookup(client: KubeClient, namespace: string, nod
     async lookup(): Promise<DaemonSetState> {
       let ds: DaemonSet;
       try {
-        ds = await client.request<DaemonSet>({
-          method: 'GET',
-          path: `/apis/apps/v1/namespaces/${encodeURIComponent(namespace)}/daemonsets/${DAEMONSET_NAME}`,
-        });
+        ds = await client.request<DaemonSet>({ method: 'GET', path: daemonSetPath(namespace, DAEMONSET_NAME) });
       } catch (err) {
         const c = err instanceof KubeApiError ? err.code : undefined;
         if (c === 404) return { kind: 'not-found' };

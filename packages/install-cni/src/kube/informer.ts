@@ -106,13 +106,11 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
         if (stopped) break;
         // The server ends the watch after timeoutSeconds (5–10 min, spread like client-go's).
         const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
-        let rv: string = resourceVersion;
         const stream = client.watch(
           options.path,
-          { ...selectors, resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) },
+          { ...selectors, resourceVersion, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) },
           (event) => {
-            rv = apply(event) ?? rv;
-            resourceVersion = rv;
+            resourceVersion = apply(event) ?? resourceVersion;
           },
           (timeoutSeconds + 30) * 1000,
         );

@@ -1,12 +1,8 @@
-import { KubeApiError, MERGE_PATCH, type KubeClient } from '@istio-cni/kube';
+import { MERGE_PATCH, isNotFound, podStatusPath, type KubeClient } from '@istio-cni/kube';
 
 /** Sets (or with `null` removes) one pod annotation through the `pods/status` subresource. */
 export interface PodAnnotator {
   annotate(namespace: string, name: string, key: string, value: string | null): Promise<void>;
-}
-
-export function podStatusPath(namespace: string, name: string): string {
-  return `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/status`;
 }
 
 /**
@@ -24,7 +20,7 @@ export function createPodAnnotator(client: KubeClient): PodAnnotator {
           body: { metadata: { annotations: { [key]: value } } },
         });
       } catch (err) {
-        if (!(err instanceof KubeApiError && err.code === 404)) throw err;
+        if (!isNotFound(err)) throw err;
       }
     },
   };

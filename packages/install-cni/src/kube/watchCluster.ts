@@ -2,7 +2,7 @@ import type { Namespace, Pod } from '@istio-cni/capture';
 import type { Logger } from '@istio-cni/handoff';
 import { ObjectStore, type ClusterView, type KubeReader } from './clusterView.ts';
 import { runInformer } from './informer.ts';
-import { KubeApiError, type KubeClient } from '@istio-cni/kube';
+import { getOrUndefined, namespacePath, podPath, type KubeClient } from '@istio-cni/kube';
 
 export interface WatchClusterOptions {
   nodeName: string;
@@ -17,16 +17,6 @@ export interface ClusterWatch {
   /** Resolves once pods and namespaces are listed (informers synced). */
   synced: Promise<void>;
   stop(): void;
-}
-
-/** GET of one object; `undefined` when it does not exist. */
-export async function getOrUndefined<T>(client: KubeClient, path: string): Promise<T | undefined> {
-  try {
-    return await client.request<T>({ method: 'GET', path });
-  } catch (err) {
-    if (err instanceof KubeApiError && err.code === 404) return undefined;
-    throw err;
-  }
 }
 
 /** Informers for the pods of this node (field selector `spec.nodeName=<node>`) and all namespaces. */
@@ -55,8 +45,8 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
   };
 
   const reader: KubeReader = {
-    getPod: (namespace, name) => getOrUndefined<Pod>(client, `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`),
-    getNamespace: (name) => getOrUndefined<Namespace>(client, `/api/v1/namespaces/${encodeURIComponent(name)}`),
+    getPod: (namespace, name) => getOrUndefined<Pod>(client, podPath(namespace, name)),
+    getNamespace: (name) => getOrUndefined<Namespace>(client, namespacePath(name)),
   };
 
   return {

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { MERGE_PATCH, type KubeClient } from '@istio-cni/kube';
-import { podStatusPath } from '../kube/podStatusAnnotator.ts';
+import { MERGE_PATCH, eventsPath, podPath, podStatusPath, type KubeClient } from '@istio-cni/kube';
 import type { EventType, RepairApi } from './repairApi.ts';
 import type { RepairPod } from './repairPod.ts';
 
@@ -23,7 +22,7 @@ export function createKubeRepairApi(client: KubeClient, options: { nodeName: str
       const { name, namespace } = nameOf(pod);
       await client.request({
         method: 'DELETE',
-        path: `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`,
+        path: podPath(namespace, name),
         body: { kind: 'DeleteOptions', apiVersion: 'v1', preconditions },
       });
     },
@@ -38,7 +37,7 @@ export function createKubeRepairApi(client: KubeClient, options: { nodeName: str
       const eventName = `${name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}`;
       await client.request({
         method: 'POST',
-        path: `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`,
+        path: eventsPath(namespace),
         body: {
           apiVersion: 'v1',
           kind: 'Event',

@@ -1,4 +1,4 @@
-import { JSON_PATCH, type KubeClient } from '@istio-cni/kube';
+import { JSON_PATCH, nodePath, type KubeClient } from '@istio-cni/kube';
 
 export interface Taint {
   key: string;
@@ -16,14 +16,13 @@ export interface NodeTaintApi {
 }
 
 export function createKubeNodeTaintApi(client: KubeClient): NodeTaintApi {
-  const path = (name: string) => `/api/v1/nodes/${encodeURIComponent(name)}`;
   return {
     async getTaints(name) {
-      const node = await client.request<{ spec?: { taints?: Taint[] } }>({ method: 'GET', path: path(name) });
+      const node = await client.request<{ spec?: { taints?: Taint[] } }>({ method: 'GET', path: nodePath(name) });
       return (node.spec?.taints ?? []).map((t) => ({ key: t.key, effect: t.effect, ...(t.value === undefined ? {} : { value: t.value }) }));
     },
     async patchNode(name, ops) {
-      await client.request({ method: 'PATCH', path: path(name), contentType: JSON_PATCH, body: ops });
+      await client.request({ method: 'PATCH', path: nodePath(name), contentType: JSON_PATCH, body: ops });
     },
   };
 }

@@ -1,5 +1,5 @@
 import type { Namespace, Pod } from '@istio-cni/capture';
-import { KubeApiError, createKubeClient, readKubeconfigFile, type KubeClient } from '@istio-cni/kube';
+import { KubeApiError, createKubeClient, getOrUndefined, namespacePath, podPath, readKubeconfigFile, type KubeClient } from '@istio-cni/kube';
 
 export class ApiUnauthorizedError extends Error {
   override name = 'ApiUnauthorizedError';
@@ -24,19 +24,18 @@ export function pluginApiClient(path: string, timeoutMs: number): KubeClient {
 /** One GET with the plugin's token: `undefined` for 404; 401 and other failures as typed errors. */
 async function get<T>(client: KubeClient, path: string): Promise<T | undefined> {
   try {
-    return await client.request<T>({ method: 'GET', path });
+    return await getOrUndefined<T>(client, path);
   } catch (err) {
     if (!(err instanceof KubeApiError)) throw new ApiRequestError((err as Error).message);
     if (err.code === 401) throw new ApiUnauthorizedError('Unauthorized: the API server rejected the istio-cni token (expired or revoked?)');
-    if (err.code === 404) return undefined;
     throw new ApiRequestError(err.message, err.code);
   }
 }
 
 export function getPod(client: KubeClient, namespace: string, name: string): Promise<Pod | undefined> {
-  return get<Pod>(client, `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`);
+  return get<Pod>(client, podPath(namespace, name));
 }
 
 export function getNamespace(client: KubeClient, name: string): Promise<Namespace | undefined> {
-  return get<Namespace>(client, `/api/v1/namespaces/${encodeURIComponent(name)}`);
+  return get<Namespace>(client, namespacePath(name));
 }
