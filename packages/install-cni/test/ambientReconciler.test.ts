@@ -73,9 +73,9 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
     dataplane,
     policy: { selectors: DEFAULT_ENABLEMENT_SELECTORS, excludeNamespaces: opts.exclude ?? ['kube-system'], systemNamespace: 'istio-system' },
     logger,
-    queue: { baseDelayMs: 1, maxDelayMs: 4 },
+    queue: { retryDelayMs: 1, maxRetryDelayMs: 4 },
   });
-  return { pods, namespaces, calls, reconciler, settle: () => reconciler.queue.drained() };
+  return { pods, namespaces, calls, reconciler, settle: () => reconciler.queue.idle() };
 }
 
 describe('ambient reconciliation (SPEC 4.10, upstream informer cases)', () => {

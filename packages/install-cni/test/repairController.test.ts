@@ -7,7 +7,6 @@ import type { RepairApi } from '../src/repair/repairApi.ts';
 import { createRepairController, repairMode, type RepairMode } from '../src/repair/repairController.ts';
 import { createRepairMetrics } from '../src/repair/repairMetrics.ts';
 import { podKey, type RepairPod } from '../src/repair/repairPod.ts';
-import { createWorkQueue } from '../src/repair/workQueue.ts';
 import {
   DIED,
   brokenPodNoAnnotation,
@@ -302,43 +301,3 @@ describe('repair in place', () => {
     assert.ok(h.logs.some((l) => l.level === 'warn' && l.msg === 'failed to record event' && l.pod === 'default/BrokenPodWaiting'));
   });
 });
-
-describe('work queue', () => {
-  it('processes a key once at a time and again when added meanwhile', async () => {
-    const seen: string[] = [];
-    let release: (() => void) | undefined;
-    const q = createWorkQueue({
-      process: async (k) => {
-        seen.push(k);
-        if (seen.length === 1) await new Promise<void>((r) => (release = r));
-      },
-    });
-    q.add('a');
-    q.add('a'); // running: queued once more
-    q.add('a'); // already queued: deduplicated
-    await new Promise((r) => setImmediate(r));
-    release?.();
-    await q.idle();
-    assert.deepEqual(seen, ['a', 'a']);
-  });
-
-  it('is bounded: beyond maxQueued keys are dropped with a reason', async () => {
-    const dropped: string[] = [];
-    let release: (() => void) | undefined;
-    const q = createWorkQueue({
-      maxQueued: 2,
-      process: () => new Promise<void>((r) => (release ??= r)),
-      onDrop: (k, reason) => dropped.push(`${k}: ${reason}`),
-    });
-    assert.equal(q.add('running'), true);
-    await new Promise((r) => setImmediate(r));
-    assert.equal(q.add('b'), true);
-    assert.equal(q.add('c'), true);
-    assert.equal(q.add('d'), false);
-    assert.deepEqual(dropped, ['d: queue full']);
-    q.stop();
-    release?.();
-    await q.idle();
-  });
-});
-

@@ -17,8 +17,9 @@ export {
   type NetnsOwnershipCheck,
   type PodNetnsProcFinder,
   type PodNetnsProcFinderOptions,
-  type ScanLog,
 } from './podNetnsProcFinder.ts';
+export { type ScanLog } from './procScan.ts';
+export { findNetnsByIp, type FindNetnsByIpOptions } from './findNetnsByIp.ts';
 export { addressesContainAny, createNetnsOwnershipCheck, listNetnsAddresses } from './netnsOwnership.ts';
 export { checkPodUid, type PodAddress, parsePodAddress } from './podAddress.ts';
 export { createPodNetnsCache, type PodNetnsCache, type PodSnapshotEntry, type WorkloadInfo } from './podNetnsCache.ts';

@@ -1,7 +1,7 @@
-import { stat } from 'node:fs/promises';
 import type { NetnsHandle } from './netnsHandle.ts';
 import { parseProcCgroup, parseProcStarttime, podIdentityFromCgroups } from './parseProcCgroup.ts';
 import type { ProcFs } from './procFs.ts';
+import { hostNetnsIdentity, sameNetns, scanProcesses, type ScanLog } from './procScan.ts';
 
 /** What the dataplane needs to know about an ambient pod. */
 export interface AmbientPod {
@@ -15,8 +15,6 @@ export interface AmbientPod {
 
 /** Does an interface inside `netns` carry one of `podIps`? Rejects when it cannot tell. */
 export type NetnsOwnershipCheck = (netns: NetnsHandle, podIps: readonly string[]) => Promise<boolean>;
-
-export type ScanLog = (level: 'debug' | 'warn', message: string) => void;
 
 export interface PodNetnsProcFinderOptions {
   procFs: ProcFs;
@@ -45,24 +43,6 @@ export interface PodNetnsProcFinder {
 }
 
 /**
- * The host netns identity. Where pid 1 cannot be inspected (a sandbox's init, a hardened procfs:
- * EACCES even for root) our own netns stands in: it is the host's when the agent runs in the host
- * netns (hostNetwork), which is the only set-up where procfs has pid 1 out of reach but pods in it.
- */
-async function hostNetnsIdentity(options: PodNetnsProcFinderOptions, log: ScanLog): Promise<{ ino: number; dev: number }> {
-  if (options.hostNetnsPath !== undefined) {
-    const s = await stat(options.hostNetnsPath);
-    return { ino: s.ino, dev: s.dev };
-  }
-  try {
-    return await options.procFs.stat('1/ns/net');
-  } catch (err) {
-    log('warn', `cannot inspect the host netns through pid 1 (${(err as Error).message}); treating this process's netns as the host's`);
-    return options.procFs.stat('self/ns/net');
-  }
-}
-
-/**
  * SPEC 4.3 "From procfs". The host netns identity is read once here (see `hostNetnsIdentity`);
  * any process found in it is ignored, so a pod whose cgroup points at a host-netns process can
  * never get the host's namespace (istio issue 55139).
@@ -70,7 +50,7 @@ async function hostNetnsIdentity(options: PodNetnsProcFinderOptions, log: ScanLo
 export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOptions): Promise<PodNetnsProcFinder> {
   const { procFs, checkOwnership } = options;
   const log: ScanLog = options.log ?? (() => {});
-  const host = await hostNetnsIdentity(options, log);
+  const host = await hostNetnsIdentity(procFs, log, options.hostNetnsPath);
 
   async function processEntry(pid: string, observed: Set<number>, pods: ReadonlyMap<string, AmbientPod>): Promise<FoundPodNetns | undefined> {
     const netnsPath = `${pid}/ns/net`;
@@ -78,7 +58,7 @@ export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOption
     // Read before the host check, as upstream does: several processes of one pod may sit in
     // different namespaces and the oldest wins.
     const ownerStartTime = parseProcStarttime(await procFs.readFile(`${pid}/stat`));
-    if (netnsStat.ino === host.ino && netnsStat.dev === host.dev) {
+    if (sameNetns(netnsStat, host)) {
       log('debug', `pid ${pid}: ignoring the host netns`);
       return undefined;
     }
@@ -125,20 +105,7 @@ export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOption
     async findNetnsForPods(pods) {
       const found = new Map<string, FoundPodNetns>();
       const observed = new Set<number>();
-      const pids = (await procFs.readDir())
-        .filter((e) => e.isDirectory && /^\d+$/.test(e.name))
-        .map((e) => e.name)
-        .sort((a, b) => Number(a) - Number(b));
-      for (const pid of pids) {
-        let candidate: FoundPodNetns | undefined;
-        try {
-          candidate = await processEntry(pid, observed, pods);
-        } catch (err) {
-          // Processes come and go during the scan; one bad entry must not stop the others.
-          log('debug', `pid ${pid}: skipped: ${(err as Error).message}`);
-          continue;
-        }
-        if (candidate === undefined) continue;
+      for await (const { found: candidate } of scanProcesses(procFs, (pid) => processEntry(pid, observed, pods), log)) {
         const uid = candidate.pod.uid;
         const existing = found.get(uid);
         if (existing !== undefined) {

@@ -14,7 +14,7 @@ import {
   redirectionState,
   type MeshDataplane,
 } from './meshDataplane.ts';
-import { createWorkQueue, type WorkQueue, type WorkQueueOptions } from './workQueue.ts';
+import { createWorkQueue, type WorkQueue, type WorkQueueOptions } from '../workQueue.ts';
 
 export interface AmbientPolicy {
   selectors: readonly EnablementSelector[];
@@ -36,6 +36,16 @@ export interface AmbientReconcilerDeps {
   countEvent?(type: 'add' | 'update' | 'delete'): void;
   queue?: Partial<Omit<WorkQueueOptions<ReconcileEvent>, 'process' | 'keyOf'>>;
 }
+
+/**
+ * Like client-go's default controller rate limiter: 5 ms → 5 s per pod, 10/s with burst 100
+ * overall. Attempts are unlimited: ztunnel may connect at any time.
+ */
+const AMBIENT_QUEUE = {
+  retryDelayMs: 5,
+  maxRetryDelayMs: 5_000,
+  rate: { perSecond: 10, burst: 100 },
+};
 
 export function isZtunnelPod(pod: Pod, systemNamespace: string): boolean {
   return pod.metadata.namespace === systemNamespace && pod.metadata.labels?.app === 'ztunnel';
@@ -59,7 +69,7 @@ export interface AmbientReconciler {
   stop(): void;
   /** Exported for testing purposes only. */
   queue: WorkQueue<ReconcileEvent>;
-  process(event: ReconcileEvent): Promise<'done' | 'retry'>;
+  process(event: ReconcileEvent): Promise<void>;
 }
 
 /**
@@ -71,9 +81,9 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
   const { view, dataplane, policy } = deps;
   const log = deps.logger;
 
-  async function processUpdate(event: Extract<ReconcileEvent, { type: 'update' }>): Promise<'done' | 'retry'> {
+  async function processUpdate(event: Extract<ReconcileEvent, { type: 'update' }>): Promise<void> {
     const current = view.getPod(event.namespace, event.name);
-    if (current === undefined) return 'done';
+    if (current === undefined) return;
     const plog = log.with({ pod: `${event.namespace}/${event.name}` });
     const state = redirectionState(current);
     const enrolled = state === 'enabled';
@@ -86,37 +96,36 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       // (kubernetes#125370).
       plog.info('pod is terminal; removing it from the mesh');
       await dataplane.removePodFromMesh(event.old ?? current, true);
-      return 'done';
+      return;
     }
     if (enrolled && should && !terminal && event.old !== undefined) {
       const ips = podIps(current);
       if (!sameIps(podIps(event.old), ips)) await dataplane.syncPodIps(current, ips);
     }
-    if ((enrolled === should && !pending) || terminal) return 'done';
+    if ((enrolled === should && !pending) || terminal) return;
     if (!should) {
       plog.info('pod no longer selected for ambient; removing it from the mesh');
       await dataplane.removePodFromMesh(current, false);
-      return 'done';
+      return;
     }
     const ips = podIps(current);
     if (ips.length === 0) {
       plog.debug('pod has no IP yet; enrolment waits for one');
-      return 'done';
+      return;
     }
     try {
       await dataplane.addPodToMesh(current, ips, undefined);
       plog.info('pod enrolled in ambient mode');
-      return 'done';
     } catch (err) {
       if (err instanceof NonRetryableError) {
         plog.error('pod cannot be enrolled; not retrying', { error: err.message });
-        return 'done';
+        return;
       }
       throw err;
     }
   }
 
-  async function process(event: ReconcileEvent): Promise<'done' | 'retry'> {
+  async function process(event: ReconcileEvent): Promise<void> {
     if (event.type === 'update') return processUpdate(event);
     const pod = event.pod;
     const state = redirectionState(pod);
@@ -125,10 +134,10 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       log.info('pod deleted; removing it from the mesh', { pod: `${event.namespace}/${event.name}` });
       await dataplane.removePodFromMesh(pod, true);
     }
-    return 'done';
   }
 
   const queue = createWorkQueue<ReconcileEvent>({
+    ...AMBIENT_QUEUE,
     ...deps.queue,
     keyOf: (e) => `${e.namespace}/${e.name}`,
     process,

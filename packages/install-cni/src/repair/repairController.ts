@@ -4,7 +4,7 @@ import { type BrokenPodFilter, isBrokenPod } from './detectBrokenPod.ts';
 import type { RepairApi } from './repairApi.ts';
 import type { RepairMetrics } from './repairMetrics.ts';
 import { podKey, type RepairPod } from './repairPod.ts';
-import { createWorkQueue, type WorkQueueOptions } from './workQueue.ts';
+import { createWorkQueue, type WorkQueueOptions } from '../workQueue.ts';
 
 export type RepairMode = 'repair' | 'delete' | 'label';
 
@@ -44,7 +44,7 @@ export interface RepairControllerOptions {
   getPod(key: string): RepairPod | undefined;
   metrics: RepairMetrics;
   logger: Logger;
-  queue?: Omit<WorkQueueOptions, 'process' | 'onDrop'>;
+  queue?: Partial<Omit<WorkQueueOptions<string>, 'process' | 'keyOf' | 'onDrop'>>;
 }
 
 export interface RepairController {
@@ -56,6 +56,16 @@ export interface RepairController {
   idle(): Promise<void>;
   stop(): void;
 }
+
+/** One pod at a time, each pod (its `namespace/name` key) given up after 5 attempts like upstream. */
+const REPAIR_QUEUE = {
+  concurrency: 1,
+  maxAttempts: 5,
+  /** Each pod on the node is at most one key. */
+  maxQueued: 10_000,
+  retryDelayMs: 1000,
+  maxRetryDelayMs: 60_000,
+};
 
 function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -158,8 +168,10 @@ export function createRepairController(options: RepairControllerOptions): Repair
     handled.set(key, uid);
   }
 
-  const queue = createWorkQueue({
+  const queue = createWorkQueue<string>({
+    ...REPAIR_QUEUE,
     ...options.queue,
+    keyOf: (key) => key,
     process: reconcile,
     onDrop: (key, reason, err) =>
       options.logger.error('giving up on pod', { pod: key, reason, ...(err === undefined ? {} : { error: message(err) }) }),

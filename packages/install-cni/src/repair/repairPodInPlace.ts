@@ -1,11 +1,11 @@
 import type { Pod } from '@istio-cni/capture';
-import type { NetnsHandle } from '@istio-cni/dataplane';
+import { AmbientDataplaneError, type NetnsHandle } from '@istio-cni/dataplane';
 import type { RepairInPlace } from './repairController.ts';
 import { podKey } from './repairPod.ts';
 
 export interface InPlaceRepairDeps {
-  /** The netns holding the address (production: {@link findNetnsByIp} over the host procfs); caller closes it. */
-  findNetns(podIp: string): Promise<NetnsHandle>;
+  /** The netns holding the address, `undefined` if none (production: `findNetnsByIp` over the host procfs); caller closes it. */
+  findNetns(podIp: string): Promise<NetnsHandle | undefined>;
   /** The plugin's own sidecar capture (`createSidecarCaptureManager`), so a repaired pod gets exactly its rules. */
   capture: { apply(pod: Pod, netns: string): Promise<string> };
 }
@@ -21,6 +21,7 @@ export function createInPlaceRepairer(deps: InPlaceRepairDeps): RepairInPlace {
     const ip = pod.status?.podIP || pod.status?.podIPs?.[0]?.ip;
     if (!ip) throw new Error(`pod ${podKey(pod)} has no IP yet: cannot find its network namespace`);
     const netns = await deps.findNetns(ip);
+    if (netns === undefined) throw new AmbientDataplaneError('ERR_AMBIENT_NETNS', `no network namespace on this node holds pod IP ${JSON.stringify(ip)}`);
     try {
       const outcome = await netns.use((path) => deps.capture.apply(pod, path));
       return `${netns.source} (inode ${netns.inode}, ${outcome})`;

@@ -5,13 +5,13 @@ import {
   createProcFs,
   createScratchNetnsOpener,
   createSidecarCaptureManager,
+  findNetnsByIp,
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
 import { createKubeClient, loadKubeConfig } from '@istio-cni/kube';
 import type { Settings } from '../settings/settings.ts';
 import { daemonKubeSource } from './daemonKubeSource.ts';
-import { findNetnsByIp } from './findNetnsByIp.ts';
 import { createKubeRepairApi } from './kubeRepairApi.ts';
 import { brokenPodFilter, createRepairController, repairMode, type RepairController, type RepairInPlace } from './repairController.ts';
 import { createRepairMetrics } from './repairMetrics.ts';
