@@ -7,14 +7,15 @@
  */
 import { mkdtemp, mkdir, copyFile, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { atomicWrite } from '../packages/install-cni/src/installer/atomicWrite.ts';
 import { Installer, type InstallerSettings } from '../packages/install-cni/src/installer/installer.ts';
 import type { ThrottleOptions } from '../packages/install-cni/src/installer/installThrottle.ts';
 import { median, percentile } from './measure.ts';
+import { UPSTREAM_TESTDATA } from '../test/support/upstreamTestdata.ts';
 
-const TESTDATA = resolve(import.meta.dirname, '../../shared/upstream-testdata/cni/test/testdata');
+const TESTDATA = join(UPSTREAM_TESTDATA, 'cni/test/testdata');
 
 export interface InstallerBenchResult {
   rewrites: number;

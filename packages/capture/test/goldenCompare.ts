@@ -1,9 +1,8 @@
-import { resolve } from 'node:path';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
-// ../shared next to the repository root (the layout CI and developers share).
-export const TESTDATA_ROOT = resolve(import.meta.dirname, '../../../../shared/upstream-testdata');
+export const TESTDATA_ROOT = UPSTREAM_TESTDATA;
 
 /** Line diff (longest common subsequence): `-` golden only, `+` produced only, `  ` both. */
 export function lineDiff(expected: string, actual: string): string {

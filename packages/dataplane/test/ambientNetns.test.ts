@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import {
   AmbientDataplaneError,
@@ -15,8 +15,9 @@ import {
   podIdentityFromCgroups,
   type ProcFs,
 } from '@istio-cni/dataplane';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
-const fixtureRoot = resolve(import.meta.dirname, '../../../../shared/upstream-testdata/cni/pkg/nodeagent/testdata/cgroupns');
+const fixtureRoot = join(UPSTREAM_TESTDATA, 'cni/pkg/nodeagent/testdata/cgroupns');
 const podA = '863b91d4-4b68-4efa-917f-4b560e3e86aa';
 const podB = 'aaaabbbb-cccc-dddd-eeee-ffff00001111';
 

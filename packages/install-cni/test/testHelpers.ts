@@ -1,11 +1,12 @@
 import { mkdtemp, rm, copyFile, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createJsonLogger, type Logger } from '@istio-cni/handoff';
 import type { CniConfigSettings } from '../src/installer/cniConfigSettings.ts';
 import type { PluginConfigInput } from '../src/installer/pluginConfig.ts';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
-export const UPSTREAM = resolve(import.meta.dirname, '../../../../shared/upstream-testdata/cni');
+export const UPSTREAM = join(UPSTREAM_TESTDATA, 'cni');
 export const INSTALL_TESTDATA = join(UPSTREAM, 'pkg/install/testdata');
 export const CNI_TESTDATA = join(UPSTREAM, 'test/testdata');
 
