@@ -1,5 +1,5 @@
 /**
- * Installer figures (issue 4): re-insert latency after another writer rewrites the primary conflist
+ * Installer figures: re-insert latency after another writer rewrites the primary conflist
  * without our entry (median and p99), and bytes written by a pass over an unchanged node.
  * Each rewrite waits until the installer is ready again (its watch armed), so the figure is the
  * event → re-insert path; during a sustained fight the upstream throttle adds up to 1 s per pass

@@ -36,7 +36,7 @@ export function lineDiff(expected: string, actual: string): string {
 }
 
 /**
- * Upstream's trimmed compare (CASES.md 0): both sides trimmed of leading/trailing whitespace, the
+ * Upstream's trimmed compare (testdata/upstream/inputs.md §0): both sides trimmed of leading/trailing whitespace, the
  * rest must match byte for byte. These goldens are upstream's reference data, so there is no
  * REFRESH_GOLDEN switch: a mismatch is always our bug.
  */

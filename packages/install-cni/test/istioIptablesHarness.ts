@@ -55,7 +55,7 @@ export function dryRunDocuments(stdout: string): string {
     .join('\n');
 }
 
-/** Upstream's trimmed compare (CASES.md §0). */
+/** Upstream's trimmed compare (testdata/upstream/inputs.md §0). */
 export function trimmed(text: string): string {
   return text.replace(/^\s+|\s+$/g, '');
 }

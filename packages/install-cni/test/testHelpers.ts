@@ -28,7 +28,7 @@ export async function fixture(path: string): Promise<string> {
   return readFile(path, 'utf8');
 }
 
-/** Plugin settings of the `cni/pkg/install` tests (CASES 5.4). */
+/** Plugin settings of the `cni/pkg/install` tests (testdata/upstream/inputs.md §5.4). */
 export const INSTALL_TEST_PLUGIN: PluginConfigInput = {
   pluginLogLevel: 'debug',
   cniAgentRunDir: '/path/to/kubeconfig',
@@ -104,7 +104,7 @@ export async function scratchHost(t: { after(fn: () => unknown): void }): Promis
   return host;
 }
 
-/** Installer settings of the `cni/test` harness (CASES 5.9) on a scratch host. */
+/** Installer settings of the `cni/test` harness (testdata/upstream/inputs.md §5.9) on a scratch host. */
 export function cniTestSettings(host: ScratchHost, over: { chained?: boolean; confName?: string; binSource?: string } = {}): InstallerSettings {
   const chained = over.chained ?? true;
   return {

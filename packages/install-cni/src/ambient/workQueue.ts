@@ -1,6 +1,6 @@
 /**
  * A keyed work queue with per-key exponential backoff and an overall token bucket, like client-go's
- * default controller rate limiter (SPEC 4.10: 5 ms → 5 s per item, 10/s with burst 100). A key
+ * default controller rate limiter (upstream `informers.go`: 5 ms → 5 s per item, 10/s with burst 100). A key
  * queued again while waiting is processed once; a key being processed is re-queued after it.
  * Attempts are unlimited: ztunnel may connect at any time.
  */

@@ -35,7 +35,7 @@ async function hostNetnsIdentity(procFs: ProcFs, log: ScanLog): Promise<{ ino: n
 }
 
 /**
- * The network namespace holding `podIp`, found by scanning procfs (SPEC 6 "repair in place"):
+ * The network namespace holding `podIp`, found by scanning procfs (upstream `cni/pkg/repair/netns_linux.go`):
  * every process's `ns/net` is grouped by inode, the host netns (`1/ns/net`) is skipped, and each
  * remaining netns is entered once to look for the address. When several namespaces hold it, the
  * one whose oldest process started first wins, which is normally the pod's pause container (the
