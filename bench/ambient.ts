@@ -1,5 +1,5 @@
 /**
- * Ambient enrolment (issue 6), end to end: the built plugin exec'd as libcni does → hand-off to
+ * Ambient enrolment, end to end: the built plugin exec'd as libcni does → hand-off to
  * `dist/install-cni` (ambient on, running in a scratch node netns) → in-pod rules → the netns fd to
  * a fake ztunnel and its ack → probe set → `pods/status` annotation. Reports the ADD median against
  * the bare embedded runtime start (`node -e 0`) measured in the same run, the throughput of 100

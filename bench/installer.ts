@@ -1,5 +1,5 @@
 /**
- * Installer figures (issue 4): re-insert latency after another writer rewrites the primary conflist
+ * Installer figures: re-insert latency after another writer rewrites the primary conflist
  * without our entry (median and p99), and bytes written by a pass over an unchanged node.
  * Each rewrite waits until the installer is ready again (its watch armed), so the figure is the
  * event → re-insert path; during a sustained fight the upstream throttle adds up to 1 s per pass
@@ -7,14 +7,15 @@
  */
 import { mkdtemp, mkdir, copyFile, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { atomicWrite } from '../packages/install-cni/src/installer/atomicWrite.ts';
 import { Installer, type InstallerSettings } from '../packages/install-cni/src/installer/installer.ts';
 import type { ThrottleOptions } from '../packages/install-cni/src/installer/installThrottle.ts';
 import { median, percentile } from './measure.ts';
+import { UPSTREAM_TESTDATA } from '../test/support/upstreamTestdata.ts';
 
-const TESTDATA = resolve(import.meta.dirname, '../../shared/upstream-testdata/cni/test/testdata');
+const TESTDATA = join(UPSTREAM_TESTDATA, 'cni/test/testdata');
 
 export interface InstallerBenchResult {
   rewrites: number;

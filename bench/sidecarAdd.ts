@@ -1,5 +1,5 @@
 /**
- * End-to-end sidecar ADD (issue 5): the built plugin exec'd as libcni does → hand-off to a running
+ * End-to-end sidecar ADD: the built plugin exec'd as libcni does → hand-off to a running
  * `dist/install-cni` → capture rules applied in a fresh netns, against the bare embedded runtime
  * start (`node -e 0`) measured in the same run; then 100 concurrent ADDs: wall time and the
  * daemon's peak RSS. Namespace creation, pod registration and teardown are not timed.

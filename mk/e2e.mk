@@ -1,4 +1,4 @@
-# The e2e rig and scenarios (issue 8). Included by the main Makefile, which defines NODE and `build`.
+# The e2e rig and scenarios. Included by the main Makefile, which defines NODE and `build`.
 # The rig (etcd, kube-apiserver, crictl, cnitool, helm, containerd+runc, a local pause image) is built
 # from package registries into the git-ignored .e2e-cache/; only the first run pays.
 E2E_TESTS := test/e2e/*.test.ts

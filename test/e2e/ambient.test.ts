@@ -1,4 +1,4 @@
-// Issue 8 scenario 3 (ambient) and the ambient half of scenario 5 on a rig of their own: the chart
+// Ambient enrolment and the ambient half of the degraded-mode scenario on a rig of their own: the chart
 // rendered with `profile=ambient` and applied to a real kube-apiserver, dist/install-cni run as
 // that DaemonSet's container (ZTUNNEL_UDS_ADDRESS in the scratch dir, the host's own /proc), a
 // fake ztunnel speaking ZDS over SOCK_SEQPACKET,

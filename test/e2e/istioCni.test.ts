@@ -1,4 +1,4 @@
-// Issue 8 scenarios on the real rig: the chart's rendering applied to a real kube-apiserver,
+// The numbered scenarios on the real rig: the chart's rendering applied to a real kube-apiserver,
 // dist/install-cni running as the DaemonSet's container would (scratch host root, a TokenRequest
 // token in a projected-volume layout), containerd running pods through the chained plugin.
 // The scenarios share one rig and one daemon and run in the order written (1, 2, 9, 8, 4, 5, 6, 7,
@@ -176,7 +176,7 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     try {
       const options = { confDir: rig.containerd.cniConfDir, binDir: rig.containerd.cniBinDir, args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${MESH_NS};K8S_POD_NAME=${name}` };
       const add = await runCnitool('add', rig.network.name, netnsPath, options);
-      // istio-cni passes the primary's result through unchanged (SPEC 2.6).
+      // istio-cni passes the primary's result through unchanged (as upstream).
       const result = JSON.parse(add.stdout) as { cniVersion: string; interfaces: { name: string }[]; ips: { address: string; gateway: string }[] };
       assert.equal(result.cniVersion, '1.0.0');
       assert.match(result.ips[0]?.address ?? '', /^10\.244\.250\.\d+\/24$/);
@@ -325,7 +325,7 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     await waitContainerdCurrent();
     const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-rewrite');
     assert.ok(hasSidecarCapture(await podRules(pod.netnsPath)));
-    // Readiness drops while the installer re-runs its pass (SPEC 5.7) and comes back after it.
+    // Readiness drops while the installer re-runs its pass (as upstream) and comes back after it.
     await waitFor('/readyz 200 again', async () => ((await node.readyz()) === 200 ? true : undefined), { process: node.daemon, timeoutMs: 30_000 });
   });
 

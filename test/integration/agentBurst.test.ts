@@ -1,5 +1,5 @@
 /**
- * Issue 5, scenario 3 (root, real kernel): 200 sidecar pods created at once on one node. Every
+ * Burst (root, real kernel): 200 sidecar pods created at once on one node. Every
  * plugin ADD completes through the agent (no fallback to degraded mode), no xtables lock error
  * shows anywhere, every netns holds the capture rules, and the daemon's memory stays bounded.
  */

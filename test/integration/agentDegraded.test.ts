@@ -1,7 +1,7 @@
 /**
- * Issue 5, scenario 2 (root, real kernel): the daemon dies (SIGKILL: nothing is cleaned up, as
+ * Degraded mode (root, real kernel): the daemon dies (SIGKILL: nothing is cleaned up, as
  * after a crash, so the installer's kubeconfig stays in the run dir) and the plugin decides by
- * itself (ARCHITECTURE §5): the same rules for a sidecar pod, code 11 for an ambient pod, pass
+ * itself (docs/architecture.md "Degraded mode"): the same rules for a sidecar pod, code 11 for an ambient pod, pass
  * through for a plain pod, `Unauthorized` reported as such; the daemon comes back and hand-off
  * resumes.
  */

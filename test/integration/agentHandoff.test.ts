@@ -1,5 +1,5 @@
 /**
- * Issue 5, scenario 1 (root, real kernel): the built plugin exec'd as libcni does against a real
+ * Hand-off (root, real kernel): the built plugin exec'd as libcni does against a real
  * pod netns veth-joined to a "node" netns, with `dist/install-cni` running against a scratch host
  * root and the fake Kubernetes API. A sidecar pod gets its ISTIO_* rules from the agent and its
  * traffic is really captured; a plain pod gets nothing.

@@ -1,5 +1,5 @@
 /**
- * Issue 6 (root, real kernel): the ambient agent's state across ztunnel reconnects and a
+ * Ambient restart (root, real kernel): the ambient agent's state across ztunnel reconnects and a
  * `kill -9` of `dist/install-cni` (running in a scratch node netns, pods with real pause processes
  * in kubepods cgroups so the agent's procfs scan finds them), and un-enrolment when the namespace
  * loses its label. After each disturbance the probe set, the agent's pod cache (as the next

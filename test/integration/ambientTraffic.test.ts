@@ -1,5 +1,5 @@
 /**
- * Issue 6 (root, real kernel): an ambient pod ADD through the built plugin and `dist/install-cni`
+ * Ambient traffic (root, real kernel): an ambient pod ADD through the built plugin and `dist/install-cni`
  * running in a scratch node netns. The fake ztunnel receives the pod's netns fd, opens its
  * listeners inside the pod through that fd, and real traffic shows the capture: app → 15001,
  * inbound → 15006, HBONE (15008) untouched, a probe from the node SNATed to 169.254.7.127 and let

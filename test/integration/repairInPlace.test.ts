@@ -1,5 +1,5 @@
 /**
- * Issue 7 (root, real kernel): a sidecar pod started before the plugin was installed has no
+ * Repair in place (root, real kernel): a sidecar pod started before the plugin was installed has no
  * capture rules, and its `istio-validation` init container failed with 126. `dist/install-cni`
  * with REPAIR_REPAIR_PODS sees the pod through the fake Kubernetes API, finds the pod's netns in
  * /proc by its IP, programs the plugin's rules there, and from then on the pod's traffic is

@@ -1,5 +1,5 @@
 /**
- * Issue 7, delete and label modes through the built daemon and the fake Kubernetes API: the real
+ * Repair controller, delete and label modes through the built daemon and the fake Kubernetes API: the real
  * client sends DELETE with UID + resourceVersion preconditions and a merge patch on `pods/status`,
  * and records Warning events from `cni-repair`.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 7, node readiness taint: `dist/install-cni` with NODE_TAINT_ENABLED leaves the node's
+ * Node readiness taint: `dist/install-cni` with NODE_TAINT_ENABLED leaves the node's
  * `cni.istio.io/not-ready:NoSchedule` taint alone while the plugin cannot be installed (no primary
  * CNI config yet), and removes it exactly once after installation, through the fake API. Other
  * taints are kept; nothing adds the taint back.

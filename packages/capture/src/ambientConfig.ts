@@ -1,7 +1,7 @@
 import { parseIpAddress, quote } from './ipAddress.ts';
 import type { IpAddress, IpFamily } from './ipAddress.ts';
 
-/** Fixed in-pod redirection constants (SPEC 4.5); the marks must match ztunnel's in-pod config. */
+/** Fixed in-pod redirection constants (upstream `cni/pkg/iptables`); the marks must match ztunnel's in-pod config. */
 export const AMBIENT = {
   /** ztunnel marks its own traffic with this (1337). */
   inpodMark: 0x539,
@@ -19,7 +19,7 @@ export const AMBIENT = {
   probeSetPrefix: 'istio-inpod-probes',
 } as const;
 
-/** iptables chains owned by ambient (SPEC 4.5, 4.6). */
+/** iptables chains owned by ambient (upstream `cni/pkg/iptables/iptables.go`). */
 export const AMBIENT_CHAIN = {
   prerouting: 'ISTIO_PRERT',
   output: 'ISTIO_OUTPUT',

@@ -35,7 +35,7 @@ export interface AmbientIptablesDeletePlan {
 }
 
 /**
- * "Delete in-pod rules" (SPEC 4.5): run every command of each family in order, ignoring failures
+ * Upstream's in-pod delete: run every command of each family in order, ignoring failures
  * (most targets are optional, e.g. the raw chains without DNS capture). The ip rule and loopback
  * route are removed afterwards, see `ambientPodRoutes`.
  */
@@ -45,7 +45,7 @@ export function ambientPodIptablesDeletePlan(config: AmbientConfig): AmbientIpta
 }
 
 /**
- * Removal of the host probe rules (SPEC 4.6, run before re-creating them at start-up): the jump,
+ * Removal of the host probe rules (upstream `cni/pkg/iptables`, run before re-creating them at start-up): the jump,
  * then flush and delete of the owned chain, per family, ignoring failures (a clean node has none).
  */
 export function ambientHostIptablesDeletePlan(config: AmbientConfig): AmbientIptablesDeletePlan {

@@ -8,7 +8,7 @@ const NAT: NftTable = 'istio-ambient-nat';
 const AMBIENT_POD_TABLES: readonly NftTable[] = ['istio-ambient-nat', 'istio-ambient-mangle', 'istio-ambient-raw'];
 const PROBE_SET_COMMENT = 'UUID of the pods that are part of ambient mesh';
 
-/** In-pod tables and candidate chains (SPEC 4.7); jump targets are declared even when empty. */
+/** In-pod tables and candidate chains (upstream `cni/pkg/nftables`); jump targets are declared even when empty. */
 export const AMBIENT_POD_NFT_LAYOUT: NftLayout = {
   declareJumpTargets: true,
   tables: [

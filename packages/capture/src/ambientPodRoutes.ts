@@ -32,7 +32,7 @@ export interface AmbientPodRoutesOptions {
 }
 
 /**
- * The ip rules and loopback routes in-pod redirection needs (SPEC 4.5 "Plus netlink"), installed
+ * The ip rules and loopback routes in-pod redirection needs (upstream `cni/pkg/iptables/iptables.go`), installed
  * before the iptables/nft rules and removed after them. The IPv6 rule follows `AMBIENT_IPV6`; the
  * IPv6 route is also skipped when the pod's loopback has IPv6 disabled.
  */

@@ -20,7 +20,7 @@ function familyRules(config: AmbientConfig, family: IpFamily): IptablesRule[] {
 }
 
 /**
- * Host-netns rules that SNAT kubelet probes to enrolled pods (SPEC 4.6), per family; `v6` is
+ * Host-netns rules that SNAT kubelet probes to enrolled pods (upstream `cni/pkg/iptables/iptables.go`), per family; `v6` is
  * empty unless IPv6 is enabled. Render each list with `renderIptablesRestore`.
  */
 export function buildAmbientHostIptablesRules(config: AmbientConfig): IptablesRuleSet {

@@ -4,7 +4,7 @@ import type { NftRule } from './nftRule.ts';
 import { parseOwnerId } from './parseValues.ts';
 
 /**
- * The host-netns nftables probe rule (SPEC 4.7): TCP from the kubelet's UID to an enrolled pod IP
+ * The host-netns nftables probe rule (upstream `cni/pkg/nftables`): TCP from the kubelet's UID to an enrolled pod IP
  * is SNATed to the probe address. nft has no `--socket-exists`, so upstream matches the kubelet
  * UID instead. `kubeletUid` is the discovered real UID (a number or its decimal text).
  */

@@ -9,7 +9,7 @@ import { parseInterfaceName } from './parseValues.ts';
 const PRERT = AMBIENT_CHAIN.prerouting;
 const OUTPUT = AMBIENT_CHAIN.output;
 
-/** One family's in-pod rule list in upstream creation order (SPEC 4.5 steps 1–11). */
+/** One family's in-pod rule list in upstream creation order (upstream `cni/pkg/iptables/iptables.go`). */
 function familyRules(config: AmbientConfig, overrides: AmbientPodOverrides, family: IpFamily): IptablesRule[] {
   const rules: IptablesRule[] = [];
   const add = (table: IptablesTable, chain: string, ...args: string[]): void => {
@@ -67,7 +67,7 @@ function familyRules(config: AmbientConfig, overrides: AmbientPodOverrides, fami
 }
 
 /**
- * The in-pod iptables rules for an ambient pod (SPEC 4.5), per family; `v6` is empty unless IPv6
+ * The in-pod iptables rules for an ambient pod (upstream `cni/pkg/iptables`), per family; `v6` is empty unless IPv6
  * is enabled. Render each list with `renderIptablesRestore` for `iptables-restore --noflush -v`.
  */
 export function buildAmbientPodIptablesRules(config: AmbientConfig, overrides: AmbientPodOverrides): IptablesRuleSet {

@@ -15,7 +15,7 @@ const ISTIO_OUTPUT = 'istio-output';
 const COUNTER = 'counter';
 
 /**
- * The in-pod nftables rules for an ambient pod (SPEC 4.7), in upstream creation order; one `inet`
+ * The in-pod nftables rules for an ambient pod (upstream `cni/pkg/nftables`), in upstream creation order; one `inet`
  * list with each IPv6 rule right after its IPv4 twin (only when IPv6 is enabled). Render with
  * `renderAmbientPodNftTransaction`.
  *

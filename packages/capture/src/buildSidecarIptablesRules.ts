@@ -58,7 +58,7 @@ function splitRanges(ranges: readonly Cidr[] | '*'): Ranges {
 const str = String;
 
 /**
- * The istio-iptables sidecar rule program (SPEC 3.3), in upstream creation order:
+ * The istio-iptables sidecar rule program (upstream `tools/istio-iptables/pkg/capture/run.go`), in upstream creation order:
  * `tools/istio-iptables/pkg/capture/run.go` `Run`.
  */
 export function buildSidecarIptablesRules(cfg: CaptureConfig): IptablesRuleSet {

@@ -49,7 +49,7 @@ class NftRules {
 const str = String;
 
 /**
- * The istio-nftables sidecar rule program (SPEC 3.5), in upstream creation order:
+ * The istio-nftables sidecar rule program (upstream `tools/istio-nftables`), in upstream creation order:
  * `tools/istio-nftables/pkg/capture/run.go` `Run`. One `inet` list; IPv6 rules only when enabled.
  */
 export function buildSidecarNftRules(cfg: CaptureConfig): NftRule[] {

@@ -18,7 +18,7 @@ export interface EnablementSelector {
   namespaceSelector?: LabelSelector;
 }
 
-/** The chart's default `ambient.enablementSelectors` (SPEC 4.1). */
+/** The chart's default `ambient.enablementSelectors` (upstream). */
 export const DEFAULT_ENABLEMENT_SELECTORS: readonly EnablementSelector[] = [
   { podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } },
   {
@@ -109,7 +109,7 @@ function isEmptySelector(s: LabelSelector | undefined): boolean {
 }
 
 /**
- * Whether a pod is enrolled in ambient mode (SPEC 2.4 step 7, 4.1): never host-network or
+ * Whether a pod is enrolled in ambient mode (upstream `CompiledEnablementSelectors.Matches`): never host-network or
  * sidecar-injected pods; otherwise any selector whose pod and namespace parts both match.
  * An empty selector list matches nothing.
  */
@@ -121,7 +121,7 @@ export function ambientEnabledFor(pod: Pod, namespace: Namespace | undefined, se
   return selectors.some((s) => labelSelectorMatches(s.podSelector, podLabels) && labelSelectorMatches(s.namespaceSelector, nsLabels));
 }
 
-/** For namespace events: some selector with a non-empty namespace part matches (SPEC 4.1). */
+/** For namespace events: some selector with a non-empty namespace part matches (upstream `MatchesNamespace`). */
 export function namespaceSelectedForAmbient(namespace: Namespace, selectors: readonly EnablementSelector[]): boolean {
   const labels = namespace.metadata.labels ?? {};
   return selectors.some((s) => !isEmptySelector(s.namespaceSelector) && labelSelectorMatches(s.namespaceSelector, labels));

@@ -7,7 +7,7 @@ export interface LocalPolicy {
 }
 
 /**
- * The decisions made from CNI_ARGS alone, before any pod lookup (SPEC 2.4 steps 2, 5, 6, in that
+ * The decisions made from CNI_ARGS alone, before any pod lookup (upstream `CmdAdd` steps, in that
  * order): the agent's own pod, non-Kubernetes invocations and excluded namespaces pass through.
  * `undefined` means the pod must be looked up. Shared by the plugin and the agent.
  */

@@ -73,5 +73,5 @@ export const NFT_TABLES: readonly NftTableLayout[] = [
   },
 ];
 
-/** The istio-nftables sidecar layout (SPEC 3.5). */
+/** The istio-nftables sidecar layout (upstream `tools/istio-nftables`). */
 export const SIDECAR_NFT_LAYOUT: NftLayout = { tables: NFT_TABLES, declareJumpTargets: false };

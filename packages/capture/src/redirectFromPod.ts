@@ -15,7 +15,7 @@ import type { Pod } from './podTypes.ts';
 
 export type InterceptionMode = 'REDIRECT' | 'TPROXY';
 
-/** Sidecar redirect parameters of one pod (SPEC 3.1), every value already parsed and validated. */
+/** Sidecar redirect parameters of one pod (upstream `sidecar_redirect.go`), every value already parsed and validated. */
 export interface Redirect {
   readonly targetPort: number;
   readonly interceptionMode: InterceptionMode;

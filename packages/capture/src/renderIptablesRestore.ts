@@ -11,7 +11,7 @@ export function iptablesRuleArgs(rule: IptablesRule): string[] {
 }
 
 /**
- * One family's `iptables-restore --noflush` input (SPEC 3.4): tables in sorted order, each with
+ * One family's `iptables-restore --noflush` input (upstream `iptables_builder_impl.go`): tables in sorted order, each with
  * `-N` for owned chains then jump targets (first-seen order), rules in creation order, `COMMIT`.
  * Returns '' when there are no rules. Ends with a newline.
  */

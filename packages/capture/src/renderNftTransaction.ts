@@ -19,7 +19,7 @@ function jumpTargets(rules: readonly NftRule[]): Set<string> {
 }
 
 /**
- * The atomic `nft -f` transaction for a rule set (SPEC 3.5, 4.7): per table with rules,
+ * The atomic `nft -f` transaction for a rule set (as upstream's nftables code): per table with rules,
  * `add table`, `flush table`, the candidate chains that own rules (plus, when the layout says
  * so, the chains a `jump` targets), then the rules in creation order. An "insert at index N"
  * becomes a plain add while N is at or past the chain's current length, because nft cannot insert

@@ -10,20 +10,20 @@ export type SidecarDecision =
 const AGENT_POD_PREFIX = 'istio-cni-node-';
 
 /**
- * True when the pod looks like our own node agent (SPEC 2.4 step 2): the plugin lets it through
+ * True when the pod looks like our own node agent (upstream `CmdAdd`): the plugin lets it through
  * before touching the API, so a node whose agent is not up yet cannot deadlock.
  */
 export function isAgentPod(podName: string, podNamespace: string, agentNamespace: string): boolean {
   return podName.startsWith(AGENT_POD_PREFIX) && podNamespace === agentNamespace;
 }
 
-/** SPEC 2.4 step 5: CNI_ARGS without pod identity means this is not a Kubernetes pod. */
+/** Upstream `CmdAdd`: CNI_ARGS without pod identity means this is not a Kubernetes pod. */
 export function isKubernetesPod(podName: string, podNamespace: string): boolean {
   return podName !== '' && podNamespace !== '';
 }
 
 /**
- * Whether the plugin should program sidecar redirection for this pod (SPEC 2.4 step 9), checked in
+ * Whether the plugin should program sidecar redirection for this pod (upstream `CmdAdd`), checked in
  * upstream order; the first matching skip reason wins.
  */
 export function sidecarDecision(pod: Pod): SidecarDecision {

@@ -19,7 +19,7 @@ import { recordedIptablesCommands } from './recordedIptablesCommands.ts';
 const IPTABLES_DIR = `${TESTDATA_ROOT}/cni/pkg/iptables/testdata`;
 const NFTABLES_DIR = `${TESTDATA_ROOT}/cni/pkg/nftables/testdata`;
 
-/** Upstream's test SNAT v6 address (CASES.md 4.1); only the iptables host case uses the real default. */
+/** Upstream's test SNAT v6 address (testdata/upstream/inputs.md §4.1); only the iptables host case uses the real default. */
 const TEST_V6_SNAT = 'e9ac:1e77:90ca:399f:4d6d:ece2:2f9b:3164';
 const KUBELET_UID = 1000;
 
@@ -35,7 +35,7 @@ interface AmbientScenario {
 const pod = (o: Partial<AmbientPodOverrides>): AmbientPodOverrides => ({ ...DEFAULT_AMBIENT_POD_OVERRIDES, ...o });
 const VIRT = ['fake1s0f0', 'fake1s0f1'];
 
-/** `cni/pkg/{iptables,nftables}/common_test.go` (CASES.md 4.2): one table drives both backends. */
+/** `cni/pkg/{iptables,nftables}/common_test.go` (testdata/upstream/inputs.md §4.2): one table drives both backends. */
 const AMBIENT_SCENARIOS: readonly AmbientScenario[] = [
   { name: 'default', redirectDns: true, pod: pod({}) },
   { name: 'ingress', redirectDns: false, pod: pod({ ingressMode: true }) },
@@ -57,7 +57,7 @@ function configFor(backend: Backend, scenario: AmbientScenario, enableIPv6: bool
 }
 
 /**
- * What upstream's recording stub captures (CASES.md 4.3): the sidecar framing (both save probes,
+ * What upstream's recording stub captures (testdata/upstream/inputs.md §4.3): the sidecar framing (both save probes,
  * then each restore document's stdin lines) without its final save lines.
  */
 function recordedLines(rules: IptablesRuleSet, enableIPv6: boolean): string {
@@ -117,7 +117,7 @@ test('building twice gives the same output (upstream TestInvokedTwiceIsIdempoten
   }
 });
 
-test('the IPv4 document inside an _ipv6 golden equals the plain golden (CASES.md 4.3)', () => {
+test('the IPv4 document inside an _ipv6 golden equals the plain golden (inputs.md §4.3)', () => {
   for (const scenario of AMBIENT_SCENARIOS) {
     const v4 = iptablesOutput(scenario, false);
     assert.ok(iptablesOutput(scenario, true).startsWith(`${v4}\n`), scenario.name);

@@ -27,7 +27,7 @@ import {
   renderIptablesRestore,
 } from '@istio-cni/capture';
 
-test('defaults: SPEC 4.5 constants and probe SNAT addresses', () => {
+test('defaults: upstream in-pod constants and probe SNAT addresses', () => {
   const cfg = ambientConfigFromOptions();
   assert.equal(cfg.hostProbeSnatAddress.address, '169.254.7.127');
   assert.equal(cfg.hostProbeV6SnatAddress.address, 'fd16:9254:7127:1337:ffff:ffff:ffff:ffff');
@@ -81,7 +81,7 @@ test('IPv6 off: no v6 rules, routes, deletes or set', () => {
   assert.equal(ambientProbeSetElementScript(cfg, 'add', 'fd00::1', 'uid'), undefined);
 });
 
-test('in-pod delete plan (SPEC 4.5): six jumps, then flush, then delete, per family', () => {
+test('in-pod delete plan (as upstream): six jumps, then flush, then delete, per family', () => {
   const plan = ambientPodIptablesDeletePlan(ambientConfigFromOptions({ enableIPv6: true }));
   assert.equal(plan.v4.length, 18);
   assert.deepEqual(plan.v6, plan.v4);

@@ -22,7 +22,7 @@ function scenario(name: string, overrides: Partial<CaptureConfig>, nftOnly = fal
 }
 
 /**
- * The istio-iptables / istio-nftables `run_test.go` case table (CASES.md 1.4, 1.5, 2.1): the same
+ * The istio-iptables / istio-nftables `run_test.go` case table (testdata/upstream/inputs.md §1.4, §1.5, §2.1): the same
  * names and inputs pin both backends.
  */
 export const CAPTURE_SCENARIOS: readonly CaptureScenario[] = [

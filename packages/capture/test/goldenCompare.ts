@@ -1,9 +1,8 @@
-import { resolve } from 'node:path';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
-// ../shared next to the repository root (the layout CI and developers share).
-export const TESTDATA_ROOT = resolve(import.meta.dirname, '../../../../shared/upstream-testdata');
+export const TESTDATA_ROOT = UPSTREAM_TESTDATA;
 
 /** Line diff (longest common subsequence): `-` golden only, `+` produced only, `  ` both. */
 export function lineDiff(expected: string, actual: string): string {
@@ -37,7 +36,7 @@ export function lineDiff(expected: string, actual: string): string {
 }
 
 /**
- * Upstream's trimmed compare (CASES.md 0): both sides trimmed of leading/trailing whitespace, the
+ * Upstream's trimmed compare (testdata/upstream/inputs.md §0): both sides trimmed of leading/trailing whitespace, the
  * rest must match byte for byte. These goldens are upstream's reference data, so there is no
  * REFRESH_GOLDEN switch: a mismatch is always our bug.
  */

@@ -43,7 +43,7 @@ function podFor(c: PluginCase): Pod {
   };
 }
 
-/** Upstream's per-table parser (CASES.md 3.4): split on COMMIT, drop save lines, key by table. */
+/** Upstream's per-table parser (testdata/upstream/inputs.md §3.4): split on COMMIT, drop save lines, key by table. */
 function parseTables(text: string): Map<string, string> {
   const tables = new Map<string, string>();
   for (const piece of text.split('COMMIT')) {

@@ -1,5 +1,5 @@
 /**
- * `plugin_dryrun_test.go` cases (CASES.md 3.2): pod inputs of the plugin goldens in
+ * `plugin_dryrun_test.go` cases (testdata/upstream/inputs.md §3.2): pod inputs of the plugin goldens in
  * cni/pkg/plugin/testdata. status-ports.txt.golden is stale and unused. Shared by the capture
  * goldens and the `istio-iptables --pod` tests (the same pods must give the same rules).
  */

@@ -3,7 +3,7 @@ import type { IptablesRuleSet } from '@istio-cni/capture';
 
 /**
  * The lines upstream's recording stub captures for one run of the sidecar configurator on an empty
- * netns (CASES.md 1.2): both save probes, each restore document's lines (the restore command itself
+ * netns (testdata/upstream/inputs.md §1.2): both save probes, each restore document's lines (the restore command itself
  * is not recorded), then the final saves.
  */
 export function recordedIptablesCommands(rules: IptablesRuleSet, enableIPv6: boolean): string[] {

@@ -153,7 +153,7 @@ test('every validation error names the annotation and the value', () => {
   }
 });
 
-test('the example message format from the brief', () => {
+test('the example message format', () => {
   assert.throws(
     () => redirectFromPod(pod({ 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.0.0.0/33' })),
     { message: /^invalid annotation traffic\.sidecar\.istio\.io\/excludeOutboundIPRanges="10\.0\.0\.0\/33": / },

@@ -32,7 +32,7 @@ export interface ApplyIptablesResult {
 const families: readonly IpFamily[] = ['ipv4', 'ipv6'];
 
 /**
- * Applies sidecar capture rules in a netns (SPEC §3.4): an empty namespace gets the documents via
+ * Applies sidecar capture rules in a netns (as upstream `tools/istio-iptables`): an empty namespace gets the documents via
  * `iptables-restore --noflush`; an identical state is left untouched; a different state is an
  * error unless `reconcile`, which rewrites it in one restore per family. Every family is checked
  * before any is written, so a conflict changes nothing.

@@ -14,7 +14,7 @@ export interface NftDeps {
 
 export interface ApplyNftRulesOptions {
   netns: string;
-  /** An `nft -f` script of `add table` / `flush table` / `add chain` / `add rule` lines (SPEC §3.5). */
+  /** An `nft -f` script of `add table` / `flush table` / `add chain` / `add rule` lines (upstream istio-nftables). */
   script: string;
   /** Tables whose name starts with this belong to this rule set even when the plan lacks them. */
   ownedTablePrefix?: string;

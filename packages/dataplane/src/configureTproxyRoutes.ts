@@ -11,7 +11,7 @@ export interface TproxyRouteOptions {
 }
 
 /**
- * SPEC §3.4 "Routes": `::6/128` on lo for IPv6 pods (the inbound-passthrough source), and for TPROXY
+ * Upstream `tproxy/run_linux.go`: `::6/128` on lo for IPv6 pods (the inbound-passthrough source), and for TPROXY
  * `ip rule fwmark <mark> lookup <table>` + `ip route add local default dev lo table <table>` per
  * family. Idempotent: `ip rule add` happily adds duplicates, so existing rules are looked up first;
  * the address and the route use `replace`, which (unlike upstream's add-and-ignore-"exists") needs

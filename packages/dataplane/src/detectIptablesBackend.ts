@@ -68,7 +68,7 @@ export function hasIptablesRules(saveOutput: string): boolean {
 }
 
 /**
- * Chooses the iptables binaries (SPEC §3.4 "Binary selection"): forced by FORCE_IPTABLES_BINARY,
+ * Chooses the iptables binaries (upstream `DetectIptablesVersion`): forced by FORCE_IPTABLES_BINARY,
  * else legacy when the legacy tables already hold rules, else iptables-nft, else plain iptables.
  *
  * Differs from upstream on purpose: the usability probe adds its rule inside a scratch netns

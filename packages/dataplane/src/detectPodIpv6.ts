@@ -32,7 +32,7 @@ function usable(a: InterfaceAddress): boolean {
 }
 
 /**
- * SPEC §3.1: the first non-loopback, non-link-local address decides whether IPv6 rules are needed;
+ * As upstream `tools/common/config`: the first non-loopback, non-link-local address decides whether IPv6 rules are needed;
  * with dual stack any such IPv6 address enables them. No usable address at all is an error, as a
  * pod without one cannot be captured meaningfully.
  */

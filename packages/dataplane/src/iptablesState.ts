@@ -5,7 +5,7 @@ export type IptablesState = Map<string, IptablesTable>;
 
 const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 
-/** Chains this agent owns: the ISTIO_* family (SPEC §3.2); everything else belongs to someone else. */
+/** Chains this agent owns: the ISTIO_* family (upstream `tools/istio-iptables` constants); everything else belongs to someone else. */
 export function isIstioChain(chain: string): boolean {
   return chain.startsWith('ISTIO');
 }

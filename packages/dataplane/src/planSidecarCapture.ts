@@ -19,7 +19,7 @@ export interface PlanSidecarCaptureOptions {
 }
 
 /**
- * Everything needed to capture a sidecar pod's traffic, derived from the pod alone (SPEC 3.1):
+ * Everything needed to capture a sidecar pod's traffic, derived from the pod alone (upstream `sidecar_redirect.go`):
  * validation happens here, so an invalid annotation throws an `AnnotationError` before any command
  * runs. The agent and the plugin's degraded mode both call this, so they program identical rules.
  */

@@ -4,7 +4,7 @@ export interface RestoreTableBlock {
   lines: string[];
 }
 
-/** Splits a restore document (SPEC §3.4 format) into per-table blocks, in document order. */
+/** Splits a restore document (`iptables-restore` format) into per-table blocks, in document order. */
 export function parseRestoreDocument(document: string): RestoreTableBlock[] {
   const blocks: RestoreTableBlock[] = [];
   let current: RestoreTableBlock | undefined;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import {
   AmbientDataplaneError,
@@ -15,13 +15,14 @@ import {
   podIdentityFromCgroups,
   type ProcFs,
 } from '@istio-cni/dataplane';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
-const fixtureRoot = resolve(import.meta.dirname, '../../../../shared/upstream-testdata/cni/pkg/nodeagent/testdata/cgroupns');
+const fixtureRoot = join(UPSTREAM_TESTDATA, 'cni/pkg/nodeagent/testdata/cgroupns');
 const podA = '863b91d4-4b68-4efa-917f-4b560e3e86aa';
 const podB = 'aaaabbbb-cccc-dddd-eeee-ffff00001111';
 
 /**
- * The upstream fixture tree as a ProcFs, with upstream's fake inode numbering (CASES.md 6.1):
+ * The upstream fixture tree as a ProcFs, with upstream's fake inode numbering (testdata/upstream/inputs.md §6.1):
  * every stat or open of a path gets a fresh inode from a running counter unless the path is
  * pinned, so the host reference (`1/ns/net`, stat-ed first) is inode 1 and matches nothing
  * later; `sameInode` gives everything inode 0, so every process looks like the host. Open

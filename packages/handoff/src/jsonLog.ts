@@ -1,6 +1,6 @@
 /**
  * Structured JSON log lines, one per event: `{"level","time","scope","msg",...fields}`.
- * The same line format travels from plugin to agent over `<run>/log.sock` (SPEC 2.7), so both
+ * The same line format travels from plugin to agent over `<run>/log.sock` (upstream `cni/pkg/log/uds.go`), so both
  * executables share it.
  */
 

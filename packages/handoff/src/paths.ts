@@ -1,4 +1,4 @@
-/** File names inside the agent run dir (`cni_agent_run_dir`), shared by plugin and daemon (SPEC 1.2). */
+/** File names inside the agent run dir (`cni_agent_run_dir`), shared by plugin and daemon (upstream `cni/pkg/constants`). */
 export const PLUGIN_EVENT_SOCKET = 'pluginevent.sock';
 export const LOG_SOCKET = 'log.sock';
 export const PLUGIN_KUBECONFIG = 'istio-cni-kubeconfig';

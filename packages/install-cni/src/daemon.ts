@@ -32,9 +32,9 @@ export interface DaemonOptions {
 type Closer = () => Promise<unknown>;
 
 /**
- * Runs the node daemon until `signal` aborts (SPEC 1.4): metrics, plugin log sink, health,
+ * Runs the node daemon until `signal` aborts (upstream `cni/pkg/cmd/root.go` order): metrics, plugin log sink, health,
  * hand-off server (before the plugin is installed, so the first ADD finds the agent), then the
- * installer loop. Shutdown (SPEC 5.9, ARCHITECTURE §6) cleans up unless this is an upgrade.
+ * installer loop. Shutdown (docs/architecture.md "Where we differ from upstream") cleans up unless this is an upgrade.
  */
 export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promise<void> {
   const { logger, settings } = opts;
@@ -73,7 +73,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       threshold: () => settings.logLevels.plugin,
     });
     closers.push(() => logSink.close());
-    // SPEC 5.8: watch ready gates /readyz only with ambient on; the taint also waits for the informers.
+    // Readiness (docs/architecture.md): watch ready gates /readyz only with ambient on; the taint also waits for the informers.
     const health = await startHealthServer(settings.readinessPort, () => readiness.install && (readiness.agent || !settings.ambientEnabled));
     closers.push(() => health.close());
     agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
@@ -83,10 +83,10 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       logger,
     });
     closers.push(() => handoff.close());
-    // SPEC 1.4 step 6: the repair controller starts after the agent, before the installer loop.
+    // As upstream `cni/pkg/cmd/root.go`: the repair controller starts after the agent, before the installer loop.
     const repair = startRepairController({ settings, kubeconfigPath: opts.kubeconfigPath, logger, registry: metrics.registry });
     if (repair) closers.push(async () => repair.stop());
-    // The installer starts right away; /readyz waits for the ambient agent's start-up (SPEC 5.8).
+    // The installer starts right away; /readyz waits for the ambient agent's start-up (docs/architecture.md "Readiness").
     if (agent) {
       agent.ready.then(
         () => {
@@ -94,7 +94,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
           readinessChanged();
         },
         (err: unknown) => {
-          // SPEC 4.11: the ambient agent failing to start is fatal; the installer loop stops.
+          // As upstream: the ambient agent failing to start is fatal; the installer loop stops.
           logger.error('node agent failed to start', { error: err instanceof Error ? err.message : String(err) });
           agentFailure.abort(err);
         },

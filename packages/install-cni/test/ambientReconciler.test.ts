@@ -78,7 +78,7 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
   return { pods, namespaces, calls, reconciler, settle: () => reconciler.queue.idle() };
 }
 
-describe('ambient reconciliation (SPEC 4.10, upstream informer cases)', () => {
+describe('ambient reconciliation (upstream informers_test.go cases)', () => {
   it('enrols an existing pod when its namespace is labelled, with every IP (dual stack)', async () => {
     const h = setup();
     h.namespaces.upsert(ns('default'));

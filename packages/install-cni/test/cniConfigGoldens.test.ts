@@ -13,7 +13,7 @@ import { INSTALL_TESTDATA, INSTALL_TEST_PLUGIN, cniSettings, fixture, seed, temp
 
 const td = (name: string) => join(INSTALL_TESTDATA, name);
 
-describe('insertCniConfig (CASES 5.3)', () => {
+describe('insertCniConfig (inputs.md §5.3)', () => {
   const cases: [string, string, string, string | undefined][] = [
     ['invalid existing config format (map)', 'invalid-map.conflist', 'istio-cni.conf', undefined],
     ['invalid new config format (arr)', 'list.conflist', 'invalid-arr.conflist', undefined],
@@ -35,7 +35,7 @@ describe('insertCniConfig (CASES 5.3)', () => {
   });
 });
 
-describe('writeCniConfig (CASES 5.4)', () => {
+describe('writeCniConfig (inputs.md §5.4)', () => {
   const both = { 'bridge.conf': 'bridge.conf', 'list.conflist': 'list.conflist' };
   const undetectable = { 'bridge.conf': 'bridge.conf', 'undetectable.file': 'list.conflist' };
   const cases: {
@@ -89,7 +89,7 @@ describe('writeCniConfig (CASES 5.4)', () => {
   }
 });
 
-describe('checkValidCniConfig (CASES 5.5)', () => {
+describe('checkValidCniConfig (inputs.md §5.5)', () => {
   const cases: {
     name: string;
     seeded: Record<string, string>;
@@ -130,7 +130,7 @@ describe('checkValidCniConfig (CASES 5.5)', () => {
   }
 });
 
-describe('resolveCniConfigPath (CASES 5.8)', () => {
+describe('resolveCniConfigPath (inputs.md §5.8)', () => {
   const cases: { name: string; chained: boolean; confName: string; seeded: boolean; delayed?: string; result?: string }[] = [
     { name: 'unspecified existing CNI config file', chained: true, confName: '', seeded: true, result: 'bridge.conf' },
     { name: 'unspecified delayed CNI config file', chained: true, confName: '', seeded: false, delayed: 'bridge.conf', result: 'bridge.conf' },
@@ -159,7 +159,7 @@ describe('resolveCniConfigPath (CASES 5.8)', () => {
   }
 });
 
-describe('cleanupInstall (CASES 5.7)', () => {
+describe('cleanupInstall (inputs.md §5.7)', () => {
   const cases: { name: string; chained: boolean; owned: boolean; seeded: [string, string]; expected?: string }[] = [
     { name: 'chained CNI plugin', chained: true, owned: false, seeded: ['list.conflist', 'list-with-istio.conflist'], expected: 'list-no-istio.conflist' },
     { name: 'standalone CNI plugin', chained: false, owned: false, seeded: ['istio-cni.conf', 'istio-cni.conf'] },

@@ -56,7 +56,7 @@ describe('daemon', () => {
         pluginLogSink: () => undefined,
         onStarted: (info) => {
           started = info;
-          // The hand-off socket exists before the plugin is installed (SPEC 1.4).
+          // The hand-off socket exists before the plugin is installed (as upstream).
           order.push(existsSync(join(host.runDir, 'pluginevent.sock')) ? 'handoff' : 'no-handoff');
           order.push(existsSync(join(host.binDir, 'istio-cni')) ? 'plugin' : 'no-plugin');
         },

@@ -52,7 +52,7 @@ async function readOr(path: string): Promise<string | undefined> {
   }
 }
 
-describe('install flow (cni/test/testdata, CASES 5.9)', () => {
+describe('install flow (cni/test/testdata, inputs.md §5.9)', () => {
   for (const c of CASES) {
     it(c.name, async (t) => {
       const host = await scratchHost(t);

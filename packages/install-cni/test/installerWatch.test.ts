@@ -12,7 +12,7 @@ import { INSTALL_TESTDATA, CNI_TESTDATA, captureLogger, cniTestSettings, scratch
 
 const golden = (name: string) => readFile(join(INSTALL_TESTDATA, name), 'utf8');
 
-describe('kubeconfig (CASES 5.8)', () => {
+describe('kubeconfig (inputs.md §5.8)', () => {
   const base = { k8sServiceProtocol: '', k8sServicePort: '443', kubeCaFile: join(INSTALL_TESTDATA, 'kube-ca.crt'), skipTlsVerify: false, mode: 0o600 };
   async function setup(t: Parameters<typeof tempDir>[0]) {
     const dir = await tempDir(t);

@@ -1,13 +1,13 @@
-import { resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { CommanderError } from 'commander';
 import { createRecordingCommandRunner } from '@istio-cni/dataplane';
 import type { CommandRunner, RecordingCommandRunner, RecordingResponder } from '@istio-cni/dataplane';
 import { istioIptablesCommand, type IstioIptablesCommandDeps } from '../src/commands/istioIptables.ts';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
 /** Test support for the istio-iptables command tests: in-process runs and upstream golden access. */
 
-export const TESTDATA_ROOT = resolve(import.meta.dirname, '../../../../shared/upstream-testdata');
+export const TESTDATA_ROOT = UPSTREAM_TESTDATA;
 
 export interface CommandRun {
   readonly stdout: string;
@@ -55,7 +55,7 @@ export function dryRunDocuments(stdout: string): string {
     .join('\n');
 }
 
-/** Upstream's trimmed compare (CASES.md §0). */
+/** Upstream's trimmed compare (testdata/upstream/inputs.md §0). */
 export function trimmed(text: string): string {
   return text.replace(/^\s+|\s+$/g, '');
 }

@@ -98,7 +98,7 @@ function request(command: HandoffRequest['command'], namespace: string, name: st
   };
 }
 
-describe('node agent ADD decisions (SPEC 2.4 / SPEC 9 plugin cases)', () => {
+describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cases)', () => {
   const cases: [string, Pod, string][] = [
     ['sidecar pod is redirected', sidecarPod('web'), 'redirected'],
     ['pod with istio-init is skipped', sidecarPod('init', { containers: { initContainers: [{ name: 'istio-init' }], containers: [{ name: 'istio-proxy' }] } }), 'skipped'],

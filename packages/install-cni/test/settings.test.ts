@@ -12,7 +12,7 @@ function parse(argv: string[]): ParsedOptions {
 const host = { hostname: () => 'node-a' };
 
 describe('settings', () => {
-  it('defaults match SPEC 5.1 and the issue table', () => {
+  it('defaults match upstream and the documented settings', () => {
     const s = resolveSettings({}, {}, host);
     assert.equal(s.cniBinSourceDir, '/opt/cni/bin');
     assert.deepEqual(s.cniBinTargetDirs, ['/host/opt/cni/bin']);

@@ -1,11 +1,12 @@
 import { mkdtemp, rm, copyFile, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createJsonLogger, type Logger } from '@istio-cni/handoff';
 import type { CniConfigSettings } from '../src/installer/cniConfigSettings.ts';
 import type { PluginConfigInput } from '../src/installer/pluginConfig.ts';
+import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
 
-export const UPSTREAM = resolve(import.meta.dirname, '../../../../shared/upstream-testdata/cni');
+export const UPSTREAM = join(UPSTREAM_TESTDATA, 'cni');
 export const INSTALL_TESTDATA = join(UPSTREAM, 'pkg/install/testdata');
 export const CNI_TESTDATA = join(UPSTREAM, 'test/testdata');
 
@@ -27,7 +28,7 @@ export async function fixture(path: string): Promise<string> {
   return readFile(path, 'utf8');
 }
 
-/** Plugin settings of the `cni/pkg/install` tests (CASES 5.4). */
+/** Plugin settings of the `cni/pkg/install` tests (testdata/upstream/inputs.md §5.4). */
 export const INSTALL_TEST_PLUGIN: PluginConfigInput = {
   pluginLogLevel: 'debug',
   cniAgentRunDir: '/path/to/kubeconfig',
@@ -103,7 +104,7 @@ export async function scratchHost(t: { after(fn: () => unknown): void }): Promis
   return host;
 }
 
-/** Installer settings of the `cni/test` harness (CASES 5.9) on a scratch host. */
+/** Installer settings of the `cni/test` harness (testdata/upstream/inputs.md §5.9) on a scratch host. */
 export function cniTestSettings(host: ScratchHost, over: { chained?: boolean; confName?: string; binSource?: string } = {}): InstallerSettings {
   const chained = over.chained ?? true;
   return {

@@ -17,7 +17,7 @@ function lookup(...answers: (DaemonSetState | Error)[]): DaemonSetLookup & { cal
 const present = (targetsThisNode: boolean, deleting = false): DaemonSetState => ({ kind: 'present', deleting, targetsThisNode });
 const base = { ambientEnabled: true, disableSafeUpgrade: false, ownedConfig: false, retryDelayMs: 1 };
 
-describe('upgrade-safe shutdown decision (SPEC 4.12)', () => {
+describe('upgrade-safe shutdown decision (upstream ShouldStopCleanup)', () => {
   it('keeps everything while the DaemonSet still targets this node', async () => {
     assert.equal(await shouldKeepOnShutdown({ ...base, lookup: lookup(present(true)) }), true);
   });

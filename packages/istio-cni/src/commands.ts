@@ -29,7 +29,7 @@ export interface PluginDeps {
   logger: Logger;
   /** Called once the netconf is parsed, so logging can follow `plugin_log_level` and the run dir. */
   onConfig?(config: PluginConfig): void;
-  /** What ADD and CHECK do when the agent is unreachable (ARCHITECTURE §5). */
+  /** What ADD and CHECK do when the agent is unreachable (docs/architecture.md "Degraded mode"). */
   degraded?: DegradedRunner;
 }
 
@@ -126,7 +126,7 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
     },
 
     async del(args, conf) {
-      // DEL is best effort: it must never wedge pod deletion (ARCHITECTURE §5).
+      // DEL is best effort: it must never wedge pod deletion (docs/architecture.md "Degraded mode").
       const { config, k8s, log } = prepare(args, conf);
       if (skipReason(k8s, config)) return;
       try {

@@ -4,7 +4,7 @@ import { LOG_SOCKET, postJson, runDirPath } from '@istio-cni/handoff';
 const FLUSH_TIMEOUT_MS = 1000;
 
 /**
- * Buffers the plugin's log lines and sends them to the agent's log sink once, at exit (SPEC 2.7:
+ * Buffers the plugin's log lines and sends them to the agent's log sink once, at exit (upstream `cni/pkg/plugin`:
  * `POST /log` on `<run>/log.sock`, a JSON array of encoded lines), only if the socket exists.
  * A missing or slow agent never delays the plugin by more than {@link FLUSH_TIMEOUT_MS}.
  */

@@ -2,7 +2,7 @@ import { CniError, ErrorCode, type NetConf } from '@istio-cni/cni';
 import { DEFAULT_RUN_DIR } from '@istio-cni/handoff';
 import { parseEnablementSelectors, type EnablementSelector } from '@istio-cni/capture';
 
-/** The istio-cni keys of the netconf (SPEC 2.2). */
+/** The istio-cni keys of the netconf (upstream `cni/pkg/plugin/plugin.go` `Config`). */
 export interface PluginConfig {
   pluginLogLevel: string;
   cniAgentRunDir: string;

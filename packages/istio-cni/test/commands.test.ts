@@ -55,7 +55,7 @@ function conf(extra: Record<string, unknown> = {}) {
   );
 }
 
-describe('skipReason (SPEC 2.4 steps 2, 5, 6)', () => {
+describe('skipReason (upstream CmdAdd local steps)', () => {
   const config = parsePluginConfig(conf());
   const k8s = (podNamespace: string, podName: string) => ({ podNamespace, podName, podUid: '', podInfraContainerId: '' });
   const cases: [string, string, string | undefined][] = [
@@ -142,7 +142,7 @@ describe('createPluginFuncs', () => {
 });
 
 describe('parsePluginConfig', () => {
-  it('applies the defaults of SPEC 2.2', () => {
+  it('applies upstream\'s netconf defaults', () => {
     const c = parsePluginConfig(parseNetConf('{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}'));
     assert.deepEqual(c, {
       pluginLogLevel: '',

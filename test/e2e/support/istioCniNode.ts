@@ -25,7 +25,7 @@ interface Container {
   env?: EnvVar[];
 }
 
-/** The plugin kubeconfig the installer writes (SPEC 5.3). */
+/** The plugin kubeconfig the installer writes (upstream `cni/pkg/install/kubeconfig.go`). */
 export interface PluginKubeconfig {
   server: string;
   caPem: string;

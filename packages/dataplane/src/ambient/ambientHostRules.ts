@@ -29,7 +29,7 @@ export interface AmbientHostRulesOptions {
 const hostTable = 'inet istio-ambient-nat';
 
 /**
- * SPEC 4.6 / 4.7 start-up: remove old host rules (iptables), then create them: for iptables the
+ * Start-up as upstream: remove old host rules (iptables), then create them: for iptables the
  * POSTROUTING jump into ISTIO_POSTRT and the `--socket-exists` probe-set SNAT; for nft the probe
  * sets (created if missing, never emptied here) and the kubelet-UID SNAT rule. The probe sets
  * must exist first (`ProbeSetManager.create`) for iptables.

@@ -67,7 +67,7 @@ export interface AmbientPodRulesResult {
 }
 
 /**
- * SPEC 4.5 / 4.7: the mark rule and loopback routes, then the in-pod rules through the shared
+ * As upstream: the mark rule and loopback routes, then the in-pod rules through the shared
  * state check (`reconcile` = `AMBIENT_RECONCILE_POD_RULES_ON_STARTUP`): absent → applied,
  * identical → untouched, different → `ERR_DATAPLANE_STATE_CONFLICT` unless `reconcile`.
  */
@@ -115,7 +115,7 @@ export async function verifyAmbientPodRules(deps: AmbientRulesDeps, options: Amb
 }
 
 /**
- * SPEC 4.5 "Delete in-pod rules": every possible jump and chain (iptables, failures ignored:
+ * Upstream's in-pod delete: every possible jump and chain (iptables, failures ignored:
  * most are optional) or the three tables (nft), then the mark rule and loopback routes. Unlike
  * upstream, a rule or route that is already gone is not an error, so deleting twice is fine;
  * real failures are collected and reported together after everything was tried.
@@ -164,7 +164,7 @@ async function podRoutes(deps: AmbientRulesDeps, netns: string, config: AmbientC
 }
 
 /**
- * The mark rule and loopback route(s) of one family in a single `ip -batch` exec (SPEC 4.5): the
+ * The mark rule and loopback route(s) of one family in a single `ip -batch` exec (upstream `cni/pkg/iptables`): the
  * rule add's EEXIST is ignored as upstream does (the kernel refuses the duplicate), the route is a
  * replace. With `-force` every line runs; only "File exists" on a rule line is tolerated.
  */

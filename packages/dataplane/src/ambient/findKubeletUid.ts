@@ -4,7 +4,7 @@ import { scanProcesses } from './procScan.ts';
 
 /**
  * The kubelet's real UID, for the nft host rule (nft has no `--socket-exists`, so kubelet probes
- * are recognised by socket owner). Found by scanning procfs (SPEC 4.7): `comm` is `kubelet` or
+ * are recognised by socket owner). Found by scanning procfs (as upstream `cni/pkg/nftables`): `comm` is `kubelet` or
  * `kubelite` (MicroK8s) with "kubelet" in the command line, or `k3s` (its kubelet runs in-process).
  */
 export async function findKubeletUid(procFs: ProcFs): Promise<number> {

@@ -21,7 +21,7 @@ export interface NftProbeSetsOptions {
 
 const hostTable = 'istio-ambient-nat';
 
-/** Probe sets as nft sets in the host table `inet istio-ambient-nat` (SPEC 4.7). */
+/** Probe sets as nft sets in the host table `inet istio-ambient-nat` (upstream `cni/pkg/nftables`). */
 export function createNftProbeSets(options: NftProbeSetsOptions): ProbeSetManager {
   const nft = options.nft ?? 'nft';
   const runOptions: RunOptions = options.netns === undefined ? {} : { netns: options.netns };

@@ -3,7 +3,7 @@ import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 import { type NetnsHandle, openNetnsHandle } from './netnsHandle.ts';
 
 /**
- * SPEC 4.3 "From CNI": the netns path the runtime gave the plugin (`/var/run/netns/cni-<id>`,
+ * As upstream `cni-watcher.go`: the netns path the runtime gave the plugin (`/var/run/netns/cni-<id>`,
  * `/proc/<pid>/ns/net`) is a host path; the agent sees the host under `hostRoot` (`/host` in its
  * container, `/` when it runs on the host). The caller owns the returned handle.
  */

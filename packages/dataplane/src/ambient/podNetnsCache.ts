@@ -15,7 +15,7 @@ export interface PodSnapshotEntry {
 }
 
 /**
- * Node-local ambient pods by UID with their open netns (SPEC 4.4). The cache owns the handles it
+ * Node-local ambient pods by UID with their open netns (upstream `pod_cache.go`). The cache owns the handles it
  * holds: replaced or removed handles are closed here. `take` is the exception: it hands the
  * handle to the caller, who closes it when done (e.g. after deleting the in-pod rules).
  * Handles given out by `get`/`snapshot` stay owned by the cache; use them through

@@ -43,9 +43,9 @@ export interface PodNetnsProcFinder {
 }
 
 /**
- * SPEC 4.3 "From procfs". The host netns identity is read once here (see `hostNetnsIdentity`);
+ * As upstream `podcgroupns_linux.go`. The host netns identity is read once here (see `hostNetnsIdentity`);
  * any process found in it is ignored, so a pod whose cgroup points at a host-netns process can
- * never get the host's namespace (istio issue 55139).
+ * never get the host's namespace (upstream guards against the same).
  */
 export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOptions): Promise<PodNetnsProcFinder> {
   const { procFs, checkOwnership } = options;

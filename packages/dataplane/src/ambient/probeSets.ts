@@ -16,7 +16,7 @@ export interface RemovePodResult {
 }
 
 /**
- * The host probe sets `istio-inpod-probes-v4`/`-v6` (SPEC 4.6, 4.7): ipset or nft set, one per
+ * The host probe sets `istio-inpod-probes-v4`/`-v6` (upstream `cni/pkg/ipset`): ipset or nft set, one per
  * family (IPv6 only when enabled). Adds overwrite (two event sources may add the same IP); removal
  * only touches entries whose comment is the pod's UID, so a new pod that reused the IP keeps it.
  */

@@ -12,7 +12,7 @@ export interface SyncProbeSetsResult {
 }
 
 /**
- * SPEC 4.11 step 4: put every snapshot pod's IPs in the probe sets; then, only if every pod had
+ * As upstream `server.go` `Start`: put every snapshot pod's IPs in the probe sets; then, only if every pod had
  * IPs, remove entries no snapshot pod accounts for. A pod read without IPs (kubelet has not
  * re-posted its status yet) would otherwise lose its entry and fail its probes.
  */

@@ -1,5 +1,5 @@
 /**
- * The ZDS server ztunnel connects to (SPEC 4.8, upstream `ztunnelserver.go`): a SOCK_SEQPACKET
+ * The ZDS server ztunnel connects to (upstream `ztunnelserver.go`): a SOCK_SEQPACKET
  * listener; per connection a hello, the pod snapshot and then updates. Adds go to the newest
  * connection only (the ztunnel that got the latest snapshot), deletes to all of them.
  */

@@ -13,7 +13,7 @@ export interface PodSnapshotEntry {
 }
 
 /**
- * The pod netns cache as the ZDS server sees it (SPEC 4.4 `ReadCurrentPodSnapshot`). The server
+ * The pod netns cache as the ZDS server sees it (upstream `pod_cache.go` `ReadCurrentPodSnapshot`). The server
  * duplicates every fd in the same tick it reads the snapshot, so the cache may close its fds at any
  * later time without racing a snapshot in flight.
  */

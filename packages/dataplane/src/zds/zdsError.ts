@@ -12,7 +12,7 @@ export type ZdsErrorCode =
 export class ZdsError extends Error {
   readonly code: ZdsErrorCode;
   /**
-   * Worth retrying later (SPEC 4.9 step 3: a failed ztunnel add leaves the pod `pending` and is
+   * Worth retrying later (upstream `meshdataplane_linux.go`: a failed ztunnel add leaves the pod `pending` and is
    * retried). Only bad arguments are not.
    */
   readonly retryable: boolean;

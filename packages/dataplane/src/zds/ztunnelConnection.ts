@@ -1,5 +1,5 @@
 /**
- * One ztunnel connection (SPEC 4.8): hello, snapshot, then a single loop that sends queued
+ * One ztunnel connection (upstream `ztunnelserver.go`): hello, snapshot, then a single loop that sends queued
  * updates one at a time and waits for each ack. Acks correlate with requests only by order, so
  * nothing but this loop ever writes to or reads from the socket.
  */

@@ -11,7 +11,7 @@ export interface ConcurrencyLimiter {
 
 /**
  * Runs at most `concurrency` tasks at once and lets at most `maxQueued` wait, so a burst of pod
- * creations costs bounded memory and never starves the machine (ARCHITECTURE §6).
+ * creations costs bounded memory and never starves the machine (docs/architecture.md "Hand-off protocol").
  */
 export function createConcurrencyLimiter(concurrency: number, maxQueued: number): ConcurrencyLimiter {
   let active = 0;

@@ -94,7 +94,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffSer
 
 /**
  * Listens on the plugin event socket. The socket is root-only (0600): only the runtime's plugin
- * process, running as root, talks to it (ARCHITECTURE §6).
+ * process, running as root, talks to it (docs/architecture.md "Where we differ from upstream").
  */
 export async function startHandoffServer(opts: HandoffServerOptions): Promise<HandoffServer> {
   await mkdir(dirname(opts.socketPath), { recursive: true, mode: 0o750 });

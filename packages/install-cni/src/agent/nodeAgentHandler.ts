@@ -75,7 +75,7 @@ export interface NodeAgentHandler {
 }
 
 /**
- * Decides and programs each plugin hand-off (SPEC 2.4 order): local skips, the pod from the
+ * Decides and programs each plugin hand-off (upstream `CmdAdd` order): local skips, the pod from the
  * watch-fed cache (fetched once directly when missing or stale), ambient selection, the sidecar
  * checks, then the capture rules in `CNI_NETNS`.
  */
@@ -136,12 +136,12 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
   async function addAmbient(request: HandoffRequest, pod: Pod, log: Logger): Promise<Outcome> {
     const dataplane = deps.ambient.dataplane;
     if (dataplane === undefined) return error(CODE.tryAgain, 'ambient node agent is still starting');
-    // The API has no pod IP yet at ADD time: the primary plugin's result has it (SPEC 4.2).
+    // The API has no pod IP yet at ADD time: the primary plugin's result has it (as upstream `cni-watcher.go`).
     const ips = request.ips.map((ip) => unmapIpv4(ip.address.split('/')[0] ?? ''));
     try {
       await deps.limiter.run(() => dataplane.addPodToMesh(pod, ips, request.netns));
     } catch (err) {
-      // Fail closed: the pod must not start before ztunnel has it (SPEC 4.2).
+      // Fail closed: the pod must not start before ztunnel has it (upstream `cni-watcher.go`).
       if (err instanceof RetryableError || err instanceof LimiterFullError) return error(CODE.tryAgain, err.message);
       if (err instanceof NonRetryableError) return error(CODE.internal, err.message);
       throw err;

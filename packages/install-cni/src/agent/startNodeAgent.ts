@@ -24,7 +24,7 @@ export interface NodeAgentOptions {
   ambientSelectors: readonly EnablementSelector[];
   nativeNftables: boolean;
   forceIptablesBinary?: string;
-  /** ISTIO_OUTBOUND_* variables (SPEC 3.1), read once at start-up. */
+  /** ISTIO_OUTBOUND_* variables (upstream `tools/common/config/config.go`), read once at start-up. */
   captureEnv: Record<string, string | undefined>;
   /** Simultaneous capture programs; more wait in line, up to `maxQueued`. */
   concurrency?: number;

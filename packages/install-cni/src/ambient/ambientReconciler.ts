@@ -73,7 +73,7 @@ export interface AmbientReconciler {
 }
 
 /**
- * Keeps enrolment in line with the cluster (SPEC 4.10): namespace and pod label changes, terminal
+ * Keeps enrolment in line with the cluster (upstream `informers.go`): namespace and pod label changes, terminal
  * pods, deletions and IP changes. Pod updates act on the *current* cached pod, so stale events do
  * nothing; every step is idempotent because retries are unlimited.
  */

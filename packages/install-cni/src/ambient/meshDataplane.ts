@@ -1,6 +1,6 @@
 import type { Pod } from '@istio-cni/capture';
 
-/** Enrolment status annotation on pods (SPEC 4.1), written on the `pods/status` subresource. */
+/** Enrolment status annotation on pods (as upstream), written on the `pods/status` subresource. */
 export const REDIRECTION_ANNOTATION = 'ambient.istio.io/redirection';
 export type RedirectionState = 'enabled' | 'pending';
 
@@ -15,7 +15,7 @@ export class NonRetryableError extends Error {
 }
 
 /**
- * The ambient data plane for one node (SPEC 4.9). `addPodToMesh` is idempotent: the informer may
+ * The ambient data plane for one node (upstream `meshdataplane_linux.go`). `addPodToMesh` is idempotent: the informer may
  * call it again for a pod that is already enrolled, and must converge.
  */
 export interface MeshDataplane {
@@ -32,7 +32,7 @@ export function redirectionState(pod: Pod): RedirectionState | undefined {
   return v === 'enabled' || v === 'pending' ? v : undefined;
 }
 
-/** `status.podIPs`, else `status.podIP` (SPEC 4.10 step 5). */
+/** `status.podIPs`, else `status.podIP` (as upstream `informers.go`). */
 export function podIps(pod: Pod): string[] {
   const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip) => ip !== '');
   if (ips.length > 0) return ips;

@@ -27,7 +27,7 @@ export interface NodeMeshDataplaneDeps {
   backend: AmbientRuleBackend;
   config: AmbientConfig;
   cache: PodNetnsCache;
-  /** Finds netns for pods enrolled by the informer (no CNI path): SPEC 4.3 "from procfs". */
+  /** Finds netns for pods enrolled by the informer (no CNI path): as upstream `podcgroupns_linux.go`. */
   finder(): Promise<PodNetnsProcFinder>;
   /** Prefix for CNI netns paths (`/host` in the DaemonSet, where the host's /var/run is mounted). */
   hostRoot: string;
@@ -50,7 +50,7 @@ function message(err: unknown): string {
 }
 
 /**
- * SPEC 4.9 on this node: in-pod rules, the ztunnel hand-over, the host probe set and the
+ * Upstream `meshdataplane_linux.go` on this node: in-pod rules, the ztunnel hand-over, the host probe set and the
  * enrolment annotation, in that order, each step idempotent so an informer retry converges.
  */
 export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDataplane {

@@ -59,10 +59,10 @@ export interface AmbientOptions {
 
 export interface Ambient {
   dataplane: MeshDataplane;
-  /** Resolves when the start-up reconciliation is done and ztunnel may connect (SPEC 4.11). */
+  /** Resolves when the start-up reconciliation is done and ztunnel may connect (upstream `server.go` `Start`). */
   ready: Promise<void>;
   isReady(): boolean;
-  /** `cleanup`: remove host rules and sets (not an upgrade, SPEC 4.12). Closes ZDS either way. */
+  /** `cleanup`: remove host rules and sets (not an upgrade, upstream `ShouldStopCleanup`). Closes ZDS either way. */
   stop(cleanup: boolean): Promise<void>;
 }
 
@@ -90,7 +90,7 @@ async function withRetries<T>(what: string, attempts: number, delayMs: number, l
 }
 
 /**
- * The ambient node agent (SPEC 4): host rules and probe sets, the ZDS server, the enrolment
+ * The ambient node agent (upstream `cni/pkg/nodeagent`): host rules and probe sets, the ZDS server, the enrolment
  * dataplane, informer reconciliation and the start-up snapshot. Constructed before the plugin is
  * installed; `ready` gates readiness.
  */
@@ -172,7 +172,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
   let ready = false;
   const readyPromise = (async () => {
     await o.synced;
-    // SPEC 4.11: the pods this node had enrolled, as the API last saw them.
+    // As upstream `server.go` `Start`: the pods this node had enrolled, as the API last saw them.
     const snapshot = o.view
       .listPods()
       .filter((p) => !isZtunnelPod(p, o.policy.systemNamespace) && !isTerminal(p) && redirectionState(p) === 'enabled');

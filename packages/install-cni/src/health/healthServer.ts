@@ -3,7 +3,7 @@ import { listenHttp, type HttpServerHandle } from '../metrics/metricsServer.ts';
 
 /**
  * `/healthz` is always 200 (the process is alive); `/readyz` is 200 only while `ready()` holds
- * (SPEC 5.8: install ready ∧ agent ready), else 503.
+ * (docs/architecture.md "Readiness"), else 503.
  */
 export function startHealthServer(port: number, ready: () => boolean): Promise<HttpServerHandle> {
   const server = createServer((req, res) => {

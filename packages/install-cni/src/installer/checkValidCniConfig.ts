@@ -37,7 +37,7 @@ function pluginTypes(path: string, conf: JsonObject): string[] {
 
 /**
  * Why the installed config is not (or no longer) what we want, or undefined when it is valid and
- * must not be rewritten (SPEC 5.6). May update `state.primaryName` (owned mode). Beyond upstream,
+ * must not be rewritten (upstream `checkValidCNIConfig`). May update `state.primaryName` (owned mode). Beyond upstream,
  * an istio-cni entry that differs from what the current settings produce is also invalid, so a
  * settings change or an upgrade rewrites a stale entry.
  */

@@ -91,7 +91,7 @@ export async function configsNamingIstioCni(netDir: string): Promise<string[]> {
 }
 
 /**
- * Uninstall (SPEC 5.9 with ARCHITECTURE §6): the config entry goes first; the kubeconfig next;
+ * Uninstall (docs/architecture.md "Where we differ from upstream"): the config entry goes first; the kubeconfig next;
  * the plugin binary last and only when no config in the net dir still names istio-cni, so the
  * runtime is never left with a chain entry pointing at a missing binary.
  */

@@ -39,7 +39,7 @@ function checkNetConf(v: JsonValue): JsonObject {
   return v;
 }
 
-/** Why a config text is not loadable by the runtime, or undefined when it is (SPEC 5.4). */
+/** Why a config text is not loadable by the runtime, or undefined when it is (upstream `cni/pkg/install/cniconfig.go`). */
 export function configProblem(name: string, text: string): string | undefined {
   let v: JsonValue;
   try {

@@ -1,5 +1,5 @@
 /**
- * JSON text exactly as upstream's Go encoder writes CNI configs (CASES 5.1): 2-space indent,
+ * JSON text exactly as upstream's Go encoder writes CNI configs (testdata/upstream/inputs.md §5.1): 2-space indent,
  * `": "` after keys, `{}`/`[]` for empty containers, `<`, `>`, `&`, U+2028 and U+2029 escaped,
  * and a final newline. `marshalSorted` sorts object keys by byte order at every depth (Go map
  * encoding); `marshalOrdered` keeps insertion order (Go struct encoding).

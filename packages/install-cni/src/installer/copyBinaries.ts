@@ -49,7 +49,7 @@ export interface CopyBinariesOptions {
 }
 
 /**
- * Atomically copies every regular file of the source dir into each target dir (SPEC 5.2),
+ * Atomically copies every regular file of the source dir into each target dir (upstream `copyBinaries`),
  * removing stale temp files first and skipping targets that already hold the same bytes and mode.
  * Returns the names copied (or already in place).
  */

@@ -33,7 +33,7 @@ function withoutFirstIstio(plugins: JsonObject[]): JsonObject[] {
 }
 
 /**
- * Merges the istio-cni entry into an existing config (SPEC 5.5 `insertCNIConfig`): a single
+ * Merges the istio-cni entry into an existing config (upstream `insertCNIConfig`): a single
  * plugin is wrapped into a `k8s-pod-network` list, a list has its first istio-cni entry replaced
  * by the new one appended last. Output keys are sorted at every depth.
  */
@@ -54,7 +54,7 @@ export function insertCniConfig(newConfig: string | JsonObject, existingText: st
   return marshalSorted({ ...existing, plugins: [...withoutFirstIstio(plugins), istio] });
 }
 
-/** The config with its first istio-cni plugin removed, re-serialised (cleanup, CASES 5.1-B). */
+/** The config with its first istio-cni plugin removed, re-serialised (cleanup, testdata/upstream/inputs.md §5.1). */
 export function removeIstioEntry(existingText: string): string {
   const existing = parseObject('CNI config', existingText);
   return marshalSorted({ ...existing, plugins: withoutFirstIstio(getPlugins(existing)) });

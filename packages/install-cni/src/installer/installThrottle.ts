@@ -13,7 +13,7 @@ export interface ThrottleOptions {
 export const DEFAULT_THROTTLE: ThrottleOptions = { ratePerSecond: 0.2, burst: 1, maxDelayMs: 1000, warnAfterHits: 5 };
 
 /**
- * Re-install throttle (SPEC 5.7): a token bucket used to notice a loop rather than to strictly
+ * Re-install throttle (upstream `cni/pkg/install/install.go`): a token bucket used to notice a loop rather than to strictly
  * limit. Each pass takes a token; without one it sleeps `min(delay, maxDelayMs)` and counts a hit.
  * Consecutive hits mean another component keeps reverting our work.
  */

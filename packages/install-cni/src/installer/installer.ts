@@ -15,7 +15,7 @@ import { newWriteStats, type WriteStats } from './writeStats.ts';
 
 export type InstallResult = 'SUCCESS' | 'COPY_BINARIES_FAILURE' | 'CREATE_KUBECONFIG_FAILURE' | 'CREATE_CNI_CONFIG_FAILURE';
 
-/** Where the installer reports (SPEC 5.10); the daemon backs it with Prometheus. */
+/** Where the installer reports (upstream `cni/pkg/install/monitoring.go`); the daemon backs it with Prometheus. */
 export interface InstallMetrics {
   installResult(result: InstallResult): void;
   setInstallReady(ready: boolean): void;
@@ -64,7 +64,8 @@ function message(err: unknown): string {
 
 /**
  * Installs the plugin binary, its kubeconfig and the CNI config, then keeps them installed
- * (SPEC 5.2-5.7), and removes them again on {@link cleanup} (SPEC 5.9, ARCHITECTURE §6).
+ * (upstream `cni/pkg/install/install.go`), and removes them again on {@link cleanup} (see
+ * docs/architecture.md "Where we differ from upstream").
  */
 export class Installer {
   readonly #s: InstallerSettings;
@@ -208,7 +209,7 @@ export class Installer {
   }
 
   /**
-   * Blocks until something we depend on may have changed (SPEC 5.7 steps 3-6). Ready only while
+   * Blocks until something we depend on may have changed (upstream `sleepCheckInstall`). Ready only while
    * the config is valid and no event is pending. Returns false when `signal` aborted.
    */
   async #sleepWatchInstall(inputs: DirWatcher, signal: AbortSignal): Promise<boolean> {

@@ -24,7 +24,7 @@ function serverUrl(protocol: string, host: string, port: string): string {
   return `${protocol || 'https'}://${h}:${port}`;
 }
 
-/** The plugin's kubeconfig (SPEC 5.3): keys sorted, list items at the parent's indentation. */
+/** The plugin's kubeconfig (upstream `kubeconfig.go`): keys sorted, list items at the parent's indentation. */
 export function buildKubeconfig(input: KubeconfigInput, redact = false): string {
   const cluster: Record<string, unknown> = {};
   if (input.skipTlsVerify) cluster['insecure-skip-tls-verify'] = true;

@@ -3,7 +3,7 @@ import { marshalOrdered, type JsonObject, type JsonValue } from './cniJson.ts';
 
 export const PLUGIN_TYPE = 'istio-cni';
 
-/** What the istio-cni entry carries (SPEC 5.5, CASES 5.1-A). */
+/** What the istio-cni entry carries (upstream `cni/pkg/install/cniconfig.go`; testdata/upstream/inputs.md §5.1). */
 export interface PluginConfigInput {
   pluginLogLevel: string;
   cniAgentRunDir: string;

@@ -10,7 +10,7 @@ export class WaitAborted extends Error {
   override name = 'WaitAborted';
 }
 
-/** The `.conf`↔`.conflist` twin of a missing file, if that one exists (SPEC 5.4). */
+/** The `.conf`↔`.conflist` twin of a missing file, if that one exists (upstream `cni/pkg/install/cniconfig.go`). */
 function existingTwin(path: string): string | undefined {
   if (path.endsWith('.conf') && existsSync(path + 'list')) return path + 'list';
   if (path.endsWith('.conflist') && existsSync(path.slice(0, -4))) return path.slice(0, -4);

@@ -15,7 +15,7 @@ export interface DaemonSetLookup {
 export interface UpgradeDecisionOptions {
   ambientEnabled: boolean;
   disableSafeUpgrade: boolean;
-  /** Istio-owned CNI config in use: keep by default and try harder (SPEC 4.12). */
+  /** Istio-owned CNI config in use: keep by default and try harder (upstream `ShouldStopCleanup`). */
   ownedConfig: boolean;
   lookup: DaemonSetLookup | undefined;
   logger?: Logger;
@@ -30,7 +30,7 @@ export function decideFromState(state: DaemonSetState): boolean {
 
 /**
  * Whether shutdown is an upgrade or reboot, so the plugin, its config and kubeconfig must stay
- * (SPEC 4.12): the DaemonSet still exists, is not being deleted and still targets this node.
+ * (upstream `ShouldStopCleanup`): the DaemonSet still exists, is not being deleted and still targets this node.
  * Only with ambient on, and never with AMBIENT_DISABLE_SAFE_UPGRADE.
  */
 export async function shouldKeepOnShutdown(o: UpgradeDecisionOptions): Promise<boolean> {

@@ -68,7 +68,7 @@ export interface WriteCniConfigOptions {
   stats?: WriteStats;
 }
 
-/** Writes the istio-cni config (SPEC 5.5): chained insert, owned file, or standalone file. */
+/** Writes the istio-cni config (upstream `cniconfig.go`): chained insert, owned file, or standalone file. */
 export async function writeCniConfig(c: CniConfigSettings, o: WriteCniConfigOptions): Promise<ConfigRecord> {
   const resolveOpts = {
     name: o.primaryName,

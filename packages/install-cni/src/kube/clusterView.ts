@@ -20,7 +20,7 @@ export interface ClusterView {
   onNamespaceChange(handler: ChangeHandler<Namespace>): void;
 }
 
-/** Direct reads, for a pod the cache has not seen yet (fetched once, ARCHITECTURE §4). */
+/** Direct reads, for a pod the cache has not seen yet (fetched once, docs/architecture.md "Hand-off protocol"). */
 export interface KubeReader {
   /** `undefined` when the pod does not exist. */
   getPod(namespace: string, name: string): Promise<Pod | undefined>;

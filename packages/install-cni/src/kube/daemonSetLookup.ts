@@ -47,7 +47,7 @@ function requirementMatches(req: NodeSelectorRequirement, labels: Record<string,
 }
 
 /**
- * The DaemonSet that runs this daemon (SPEC 4.12): present and not deleting, and whether its
+ * The DaemonSet that runs this daemon (upstream `ShouldStopCleanup`): present and not deleting, and whether its
  * required node affinity still admits this node (a relabelled node means "not an upgrade").
  * RBAC grants `get` on this one name only.
  */

@@ -6,7 +6,7 @@ export interface PodAnnotator {
 }
 
 /**
- * A JSON merge patch on `pods/status` (SPEC 4.1): the only write the ambient agent needs on pods, so
+ * A JSON merge patch on `pods/status` (as upstream): the only write the ambient agent needs on pods, so
  * RBAC grants `pods/status` patch and nothing on `pods` itself. A pod that is gone is not an error.
  */
 export function createPodAnnotator(client: KubeClient): PodAnnotator {

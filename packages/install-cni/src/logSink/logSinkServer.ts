@@ -8,7 +8,7 @@ const RANK: Record<LogThreshold, number> = { debug: 0, info: 1, warn: 2, error: 
 const RESERVED = new Set(['level', 'time', 'scope', 'msg']);
 
 /**
- * One plugin log entry (SPEC 2.7) re-encoded under scope `cni-plugin`: the original `time` string
+ * One plugin log entry (upstream `cni/pkg/log/uds.go`) re-encoded under scope `cni-plugin`: the original `time` string
  * is kept as sent (nanosecond precision survives), extra keys ride along as fields. Malformed
  * entries and unknown levels give undefined.
  */

@@ -6,7 +6,7 @@ export interface DaemonMetrics extends InstallMetrics {
 }
 
 /**
- * The installer's metrics under upstream's names (SPEC 5.10). prom-client appends no suffix, so
+ * The installer's metrics under upstream's names (`cni/pkg/install/monitoring.go`). prom-client appends no suffix, so
  * the counter is literally `istio_cni_installs_total`, as upstream's exporter emits it. One
  * registry per daemon (not the global one) so several daemons can live in one test process.
  */

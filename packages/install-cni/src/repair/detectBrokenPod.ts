@@ -1,6 +1,6 @@
 import type { ContainerStateTerminated, RepairPod } from './repairPod.ts';
 
-/** The filters of SPEC 6; an empty string or 0 switches that filter off. */
+/** The REPAIR_* filters; an empty string or 0 switches that filter off. */
 export interface BrokenPodFilter {
   sidecarAnnotation: string;
   initContainerName: string;
@@ -10,7 +10,7 @@ export interface BrokenPodFilter {
 
 /**
  * True when the pod's validation init container last terminated the way a pod started without
- * capture does (SPEC 6 "Broken detection", upstream `matchesFilter`). A container whose current
+ * capture does (upstream `matchesFilter`). A container whose current
  * state is a successful exit is never broken, whatever its previous run did: the pod already
  * recovered.
  */

@@ -12,7 +12,7 @@ export const REASON_REPAIR_BROKEN_POD = 'RepairBrokenPod';
 export const REASON_DELETE_BROKEN_POD = 'DeleteBrokenPod';
 export const REASON_LABEL_BROKEN_POD = 'LabelBrokenPod';
 
-/** SPEC 6 precedence: repair in place > delete > label; `undefined` when none is on. */
+/** Upstream precedence: repair in place > delete > label; `undefined` when none is on. */
 export function repairMode(s: Pick<RepairSettings, 'repairPods' | 'deletePods' | 'labelPods'>): RepairMode | undefined {
   if (s.repairPods) return 'repair';
   if (s.deletePods) return 'delete';
@@ -72,7 +72,7 @@ function message(err: unknown): string {
 }
 
 /**
- * The repair controller of SPEC 6. Each pod (by UID) is acted on at most once: a repair only takes
+ * The repair controller (upstream `cni/pkg/repair/`). Each pod (by UID) is acted on at most once: a repair only takes
  * effect on the pod's next crash-loop restart, and the updates in between must not reprogram or
  * delete it again. Nothing here throws out of the queue: failures are retried, logged with the
  * pod's name, counted, and dropped after the last attempt.

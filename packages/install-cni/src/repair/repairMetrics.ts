@@ -7,7 +7,7 @@ export interface RepairMetrics {
   podRepaired(type: RepairType, result: RepairResult): void;
 }
 
-/** `istio_cni_repair_pods_repaired_total{type,result}` (SPEC 6, 7) on the daemon's registry. */
+/** `istio_cni_repair_pods_repaired_total{type,result}` (upstream `cni/pkg/repair`) on the daemon's registry. */
 export function createRepairMetrics(registry: Registry): RepairMetrics {
   const existing = registry.getSingleMetric('istio_cni_repair_pods_repaired_total');
   const counter =

@@ -11,7 +11,7 @@ export interface InPlaceRepairDeps {
 }
 
 /**
- * Repair in place (SPEC 6): find the running pod's netns by its IP and program the same capture
+ * Repair in place (upstream `cni/pkg/repair`): find the running pod's netns by its IP and program the same capture
  * rules the plugin would have, iptables or nftables as configured. The pod recovers when its
  * validation init container next restarts.
  */

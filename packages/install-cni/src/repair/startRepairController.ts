@@ -36,7 +36,7 @@ export interface RunningRepair {
 }
 
 /**
- * Starts the repair controller when REPAIR_ENABLED and a mode is on (SPEC 1.4 step 6). It never
+ * Starts the repair controller when REPAIR_ENABLED and a mode is on (upstream `cni/pkg/cmd/root.go` order). It never
  * fails the daemon: without API access or a mode it logs why and returns `undefined`.
  */
 export function startRepairController(options: StartRepairOptions): RunningRepair | undefined {

@@ -26,7 +26,7 @@ export function repairFieldSelector(fieldSelectors: string, nodeName: string): s
   return [...(fieldSelectors === '' ? [] : [fieldSelectors]), `spec.nodeName=${nodeName}`].join(',');
 }
 
-/** A pod informer with the repair controller's own selectors (SPEC 6), separate from the agent's. */
+/** A pod informer with the repair controller's own selectors (upstream `cni/pkg/repair`), separate from the agent's. */
 export function watchRepairPods(client: KubeClient, options: RepairPodWatchOptions): RepairPodWatch {
   const pods = new ObjectStore<RepairPod>();
   const informer = runInformer(client, {

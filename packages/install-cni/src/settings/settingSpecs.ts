@@ -1,5 +1,5 @@
 /**
- * Every setting of the daemon (SPEC 5.1, 6, and the host paths of issue 4). A setting with
+ * Every setting of the daemon (upstream `cni/pkg/cmd/root.go`, plus our host paths). A setting with
  * `flag: true` is also a command-line flag named after its env var (`CNI_CONF_NAME` →
  * `--cni-conf-name`), as upstream's viper binding does; flag beats env beats default.
  */
@@ -27,7 +27,7 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   spec('HOST_PROC_DIR', 'string', '/host/proc', true, 'host procfs'),
   spec('READINESS_PORT', 'port', '8000', true, 'port of /healthz and /readyz (0 picks a free port)'),
   spec('MONITORING_PORT', 'int', '15014', true, 'port of /metrics (<= 0 disables)'),
-  // Installer (SPEC 5.1).
+  // Installer.
   spec('CNI_CONF_NAME', 'string', '', true, 'primary CNI config file to modify; empty = auto-detect'),
   spec('CHAINED_CNI_PLUGIN', 'bool', 'true', true, 'install as a chained plugin (else standalone)'),
   spec('ISTIO_OWNED_CNI_CONFIG', 'bool', 'false', true, 'write a separate higher-priority conflist (chained + ambient only)'),
@@ -42,7 +42,7 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   spec('CNI_NETWORK_CONFIG', 'string', '', true, 'legacy, unused'),
   spec('CNI_NETWORK_CONFIG_FILE', 'string', '', true, 'legacy, unused'),
   spec('LOG_LEVEL', 'string', 'warn', true, 'legacy, unused'),
-  // Repair controller (SPEC 6).
+  // Repair controller.
   spec('REPAIR_ENABLED', 'bool', 'true', true, 'run the repair controller'),
   spec('REPAIR_DELETE_PODS', 'bool', 'false', true, 'repair by deleting broken pods'),
   spec('REPAIR_LABEL_PODS', 'bool', 'false', true, 'repair by labelling broken pods'),

@@ -90,7 +90,7 @@ export interface Settings {
 
 export const DEFAULT_OWNED_CONFIG_FILENAME = '02-istio-cni.conflist';
 
-/** Owned mode takes effect only for a chained plugin with ambient on (SPEC 5.5). */
+/** Owned mode takes effect only for a chained plugin with ambient on (as upstream). */
 export function isOwnedMode(s: Pick<Settings, 'istioOwnedCniConfig' | 'chainedCniPlugin' | 'ambientEnabled'>): boolean {
   return s.istioOwnedCniConfig && s.chainedCniPlugin && s.ambientEnabled;
 }

@@ -14,7 +14,7 @@ export class ApiRequestError extends Error {
   }
 }
 
-/** A client from the installer's kubeconfig (SPEC 5.3), whose token must be there. */
+/** A client from the installer's kubeconfig (upstream `cni/pkg/install/kubeconfig.go`), whose token must be there. */
 export function pluginApiClient(path: string, timeoutMs: number): KubeClient {
   const creds = readKubeconfigFile(path);
   if (creds.token() === undefined) throw new Error(`${path}: user token missing`);

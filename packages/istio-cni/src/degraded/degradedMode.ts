@@ -87,7 +87,7 @@ async function classify(
 }
 
 /**
- * ADD when the agent is unreachable (ARCHITECTURE §5): read the pod from the API directly; not a
+ * ADD when the agent is unreachable (docs/architecture.md "Degraded mode"): read the pod from the API directly; not a
  * mesh pod → pass through; sidecar pod → program the capture rules here with the agent's code;
  * ambient pod → code 11.
  */

@@ -140,7 +140,7 @@ async function readDnsServers(path: string, rt: IstioIptablesRuntime): Promise<R
   return servers;
 }
 
-/** SPEC 3.1 detection, read-only: `ip -j addr show` in the netns (or right here). */
+/** IPv6 detection as upstream `tools/common/config`, read-only: `ip -j addr show` in the netns (or right here). */
 async function detectIpv6(rt: IstioIptablesRuntime, netns: string | undefined, dualStack: boolean): Promise<boolean> {
   const { stdout } = await rt.runner.run(['ip', '-j', 'addr', 'show'], netns === undefined ? {} : { netns });
   try {
