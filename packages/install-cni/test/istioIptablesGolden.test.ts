@@ -21,7 +21,7 @@ import {
 
 interface GoldenCase {
   readonly name: string;
-  /** istio-iptables flags giving the case's config (CASES.md §1.5). */
+  /** istio-iptables flags giving the case's config (testdata/upstream/inputs.md §1.5). */
   readonly args: readonly string[];
   readonly env?: Readonly<Record<string, string>>;
   readonly ipv6?: boolean;
