@@ -36,6 +36,8 @@ export { renderNftTransaction } from './renderNftTransaction.ts';
 export { isAgentPod, isKubernetesPod, sidecarDecision } from './sidecarDecision.ts';
 export type { SidecarDecision } from './sidecarDecision.ts';
 export { localSkipReason, type LocalPolicy } from './localSkipReason.ts';
+export { captureFailure, decidePod, missingRulesFailure } from './podDecision.ts';
+export type { AmbientSelection, FoundPod, PodDecision, PodDecisionInput, PodFailure, PodLookupNeeded } from './podDecision.ts';
 export {
   ambientEnabledFor,
   DEFAULT_ENABLEMENT_SELECTORS,

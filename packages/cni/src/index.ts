@@ -13,3 +13,13 @@ export { validateContainerId, validateInterfaceName, validateNetworkName } from 
 export { parseVersion, versionAtLeast, type ParsedVersion } from './parseVersion.ts';
 export { dispatch, type PluginFuncs, type DispatchOutcome, type DispatchOptions } from './dispatch.ts';
 export { formatIPv6Groups } from './ipAddress.ts';
+export {
+  goConfigFileText,
+  goMarshal,
+  goMarshalIndent,
+  isJsonObject,
+  parseJson,
+  type GoMarshalIndentOptions,
+  type JsonObject,
+  type JsonValue,
+} from './goJson.ts';

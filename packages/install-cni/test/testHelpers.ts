@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createJsonLogger, type Logger } from '@istio-cni/handoff';
 import type { CniConfigSettings } from '../src/installer/cniConfigSettings.ts';
-import type { PluginConfigInput } from '../src/installer/pluginConfig.ts';
+import type { PluginConfig } from '@istio-cni/handoff';
 
 export const UPSTREAM = resolve(import.meta.dirname, '../../../../shared/upstream-testdata/cni');
 export const INSTALL_TESTDATA = join(UPSTREAM, 'pkg/install/testdata');
@@ -28,7 +28,7 @@ export async function fixture(path: string): Promise<string> {
 }
 
 /** Plugin settings of the `cni/pkg/install` tests (CASES 5.4). */
-export const INSTALL_TEST_PLUGIN: PluginConfigInput = {
+export const INSTALL_TEST_PLUGIN: PluginConfig = {
   pluginLogLevel: 'debug',
   cniAgentRunDir: '/path/to/kubeconfig',
   ambientEnabled: false,
@@ -37,9 +37,10 @@ export const INSTALL_TEST_PLUGIN: PluginConfigInput = {
   podNamespace: 'my-namespace',
   nativeNftables: false,
   enableAmbientDetectionRetry: false,
+  forceIptablesBinary: '',
 };
 
-export function cniSettings(dir: string, over: Partial<CniConfigSettings> = {}, plugin: Partial<PluginConfigInput> = {}): CniConfigSettings {
+export function cniSettings(dir: string, over: Partial<CniConfigSettings> = {}, plugin: Partial<PluginConfig> = {}): CniConfigSettings {
   return {
     mountedCniNetDir: dir,
     cniConfName: '',
@@ -135,6 +136,7 @@ export function cniTestSettings(host: ScratchHost, over: { chained?: boolean; co
         podNamespace: '',
         nativeNftables: false,
         enableAmbientDetectionRetry: false,
+        forceIptablesBinary: '',
       },
     },
   };
