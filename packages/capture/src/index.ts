@@ -1,7 +1,5 @@
 export { AnnotationError } from './annotationError.ts';
 export { ANNOTATION, LABEL } from './annotationNames.ts';
-export { parseCidr, parseIpAddress } from './ipAddress.ts';
-export type { Cidr, IpAddress, IpFamily } from './ipAddress.ts';
 export {
   MAX_LIST_ITEMS,
   MAX_VALUE_LENGTH,

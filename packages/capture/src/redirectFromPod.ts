@@ -1,6 +1,6 @@
 import { AnnotationError } from './annotationError.ts';
 import { ANNOTATION } from './annotationNames.ts';
-import type { Cidr } from './ipAddress.ts';
+import type { Cidr } from '@istio-cni/cni';
 import {
   parseCidrList,
   parseCidrListOrWildcard,

@@ -1,7 +1,7 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
-import { ErrorCode } from '@istio-cni/cni';
+import { ErrorCode, errorMessage } from '@istio-cni/cni';
 import {
   HANDOFF_PATH,
   MAX_REQUEST_BYTES,
@@ -83,7 +83,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffSer
     if ('error' in outcome) send(res, 500, { protocol: PROTOCOL, error: outcome.error });
     else send(res, 200, { ...outcome, protocol: PROTOCOL });
   } catch (err) {
-    const msg = err instanceof Error ? err.message : String(err);
+    const msg = errorMessage(err);
     opts.logger.error('hand-off handler failed', {
       pod: `${request.pod.namespace}/${request.pod.name}`,
       command: request.command,

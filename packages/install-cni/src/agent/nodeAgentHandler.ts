@@ -9,7 +9,7 @@ import {
   type PodDecisionInput,
   type PodFailure,
 } from '@istio-cni/capture';
-import { ErrorCode } from '@istio-cni/cni';
+import { ErrorCode, errorMessage } from '@istio-cni/cni';
 import { PROTOCOL, type HandoffError, type HandoffRequest, type HandoffVerdict, type Logger } from '@istio-cni/handoff';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
@@ -239,7 +239,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
           }
         }
       } catch (err) {
-        const msg = err instanceof Error ? err.message : String(err);
+        const msg = errorMessage(err);
         log.error(`${request.command} failed`, { error: msg });
         outcome = error(ErrorCode.Internal, msg);
       }

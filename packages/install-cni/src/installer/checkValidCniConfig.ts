@@ -5,7 +5,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { PLUGIN_TYPE, buildPluginConfig, type Logger } from '@istio-cni/handoff';
 import { listValidConfigFiles } from './cniConfigFiles.ts';
 import type { CniConfigSettings } from './cniConfigSettings.ts';
-import { isJsonObject, parseJson, type JsonObject } from '@istio-cni/cni';
+import { errorMessage, isJsonObject, parseJson, type JsonObject } from '@istio-cni/cni';
 import { getPlugins } from './insertCniConfig.ts';
 
 export interface CheckState {
@@ -44,7 +44,7 @@ export async function checkValidCniConfig(c: CniConfigSettings, state: CheckStat
   try {
     return await check(c, state, logger);
   } catch (err) {
-    return err instanceof Error ? err.message : String(err);
+    return errorMessage(err);
   }
 }
 

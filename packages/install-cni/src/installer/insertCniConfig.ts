@@ -1,4 +1,4 @@
-import { goConfigFileText, isJsonObject, parseJson, type JsonObject, type JsonValue } from '@istio-cni/cni';
+import { errorMessage, goConfigFileText, isJsonObject, parseJson, type JsonObject, type JsonValue } from '@istio-cni/cni';
 import { PLUGIN_TYPE } from '@istio-cni/handoff';
 
 /** A config that cannot take (or give up) the istio-cni entry; the message names the file. */
@@ -11,7 +11,7 @@ function parseObject(what: string, text: string): JsonObject {
   try {
     v = parseJson(text);
   } catch (err) {
-    throw new CniConfigError(`error loading ${what} (JSON error): ${err instanceof Error ? err.message : String(err)}`);
+    throw new CniConfigError(`error loading ${what} (JSON error): ${errorMessage(err)}`);
   }
   if (!isJsonObject(v)) throw new CniConfigError(`error loading ${what}: not a JSON object`);
   return v;

@@ -1,5 +1,6 @@
 import { DEFAULT_CAPTURE_CONFIG } from '@istio-cni/capture';
-import type { CaptureConfig, Cidr, Wildcard } from '@istio-cni/capture';
+import type { CaptureConfig, Wildcard } from '@istio-cni/capture';
+import type { Cidr } from '@istio-cni/cni';
 import type { LogThreshold } from '@istio-cni/handoff';
 import { FLAG_SPECS, flagLabel, type FlagSpec } from './flagSpecs.ts';
 import * as parse from './parseFlagValues.ts';
