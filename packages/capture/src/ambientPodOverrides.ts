@@ -2,7 +2,7 @@ import { AnnotationError } from './annotationError.ts';
 import { ANNOTATION } from './annotationNames.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
 import { quoteForError } from '@istio-cni/cni';
-import { MAX_VALUE_LENGTH, parseGoBool, parseInterfaceList } from './parseValues.ts';
+import { MAX_VALUE_LENGTH, parseGoBool, parseInterfaceList } from './parseAnnotationValues.ts';
 import type { Pod } from './podTypes.ts';
 
 /** Pod annotations read by the ambient agent (values from `istio.io/api`). */

@@ -4,7 +4,7 @@ import { ambientRedirectDns } from './ambientPodOverrides.ts';
 import type { AmbientPodOverrides } from './ambientPodOverrides.ts';
 import type { IpFamily } from '@istio-cni/cni';
 import type { IptablesRule, IptablesRuleSet, IptablesTable } from './iptablesRule.ts';
-import { parseInterfaceName } from './parseValues.ts';
+import { parseInterfaceName } from './parseAnnotationValues.ts';
 
 const PRERT = AMBIENT_CHAIN.prerouting;
 const OUTPUT = AMBIENT_CHAIN.output;

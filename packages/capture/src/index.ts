@@ -15,8 +15,8 @@ export {
   parsePort,
   parsePortList,
   parsePortListOrWildcard,
-} from './parseValues.ts';
-export type { Wildcard } from './parseValues.ts';
+} from './parseAnnotationValues.ts';
+export type { Wildcard } from './parseAnnotationValues.ts';
 export { findProxyContainer, INIT_CONTAINER_NAME, PROXY_CONTAINER_NAME, proxyEnvironment } from './podTypes.ts';
 export type { Container, EnvVar, Namespace, ObjectMeta, Pod, PodIP, PodSpec, PodStatus, SecurityContext } from './podTypes.ts';
 export { ALWAYS_EXCLUDED_INBOUND_PORTS, redirectFromPod } from './redirectFromPod.ts';

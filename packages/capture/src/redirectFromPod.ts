@@ -8,8 +8,8 @@ import {
   parseInterfaceList,
   parsePortList,
   parsePortListOrWildcard,
-} from './parseValues.ts';
-import type { Wildcard } from './parseValues.ts';
+} from './parseAnnotationValues.ts';
+import type { Wildcard } from './parseAnnotationValues.ts';
 import { findProxyContainer, proxyEnvironment } from './podTypes.ts';
 import type { Pod } from './podTypes.ts';
 

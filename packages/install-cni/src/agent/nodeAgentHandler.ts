@@ -2,7 +2,7 @@ import {
   captureFailure,
   decidePod,
   missingRulesFailure,
-  type EnablementSelector,
+  type AmbientSelection,
   type FoundPod,
   type LocalPolicy,
   type Pod,
@@ -29,9 +29,8 @@ export interface SidecarCapture {
   verify(pod: Pod, netns: string): Promise<string[]>;
 }
 
-export interface AmbientPolicy {
-  enabled: boolean;
-  selectors: readonly EnablementSelector[];
+/** Which pods are ambient, and what enrols them. */
+export interface AmbientEnrolment extends AmbientSelection {
   /** Enrols ambient pods; absent while the ambient agent is still starting. */
   dataplane?: MeshDataplane;
 }
@@ -41,7 +40,7 @@ export interface NodeAgentDeps {
   reader: KubeReader;
   capture: SidecarCapture;
   policy: LocalPolicy;
-  ambient: AmbientPolicy;
+  ambient: AmbientEnrolment;
   limiter: ConcurrencyLimiter;
   logger: Logger;
   /** `undefined` when ready; otherwise why not (STATUS answers 50 with it). */
@@ -64,7 +63,7 @@ function verdict(v: HandoffVerdict['verdict'], reason?: string): Outcome {
 }
 
 /** What the agent remembers per attachment (for CHECK and GC): the key is `containerId/ifName`. */
-interface Attachment {
+interface TrackedAttachment {
   namespace: string;
   name: string;
   uid: string;
@@ -75,7 +74,7 @@ interface Attachment {
 export interface NodeAgentHandler {
   handle(request: HandoffRequest): Promise<Outcome>;
   /** Attachments currently tracked (exported for testing purposes only). */
-  attachments(): ReadonlyMap<string, Readonly<Attachment>>;
+  attachments(): ReadonlyMap<string, Readonly<TrackedAttachment>>;
 }
 
 /**
@@ -84,10 +83,10 @@ export interface NodeAgentHandler {
  * checks, then the capture rules in `CNI_NETNS`.
  */
 export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
-  const attachments = new Map<string, Attachment>();
+  const attachments = new Map<string, TrackedAttachment>();
   const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
 
-  function remember(request: HandoffRequest, pod: Pod, mode: Attachment['mode']): void {
+  function remember(request: HandoffRequest, pod: Pod, mode: TrackedAttachment['mode']): void {
     attachments.set(attachmentKey(request.containerId, request.ifName), {
       namespace: request.pod.namespace,
       name: request.pod.name,
