@@ -72,6 +72,7 @@ export async function benchInstaller(options: { rewrites?: number; throttle?: Pa
         podNamespace: 'istio-system',
         nativeNftables: false,
         enableAmbientDetectionRetry: false,
+        forceIptablesBinary: '',
       },
     },
   };

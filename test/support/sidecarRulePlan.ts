@@ -3,10 +3,10 @@ import {
   buildSidecarNftRules,
   type CaptureConfig,
   DEFAULT_CAPTURE_CONFIG,
-  parseCidr,
   renderIptablesRestore,
   renderNftTransaction,
 } from '@istio-cni/capture';
+import { parseCidr } from '@istio-cni/cni';
 import type { SidecarRulePlan } from '@istio-cni/dataplane';
 
 export type RuleBackend = 'iptables' | 'nft';

@@ -1,5 +1,5 @@
-import { parseIpAddress, quote } from './ipAddress.ts';
-import type { IpAddress, IpFamily } from './ipAddress.ts';
+import { parseIpAddress, quoteForError } from '@istio-cni/cni';
+import type { IpAddress, IpFamily } from '@istio-cni/cni';
 
 /** Fixed in-pod redirection constants (upstream `cni/pkg/iptables`); the marks must match ztunnel's in-pod config. */
 export const AMBIENT = {
@@ -66,7 +66,7 @@ export class AmbientConfigError extends Error {
   readonly value: string;
 
   constructor(setting: string, value: string, reason: string) {
-    super(`invalid ${setting}=${quote(value)}: ${reason}`);
+    super(`invalid ${setting}=${quoteForError(value)}: ${reason}`);
     this.name = 'AmbientConfigError';
     this.setting = setting;
     this.value = value;

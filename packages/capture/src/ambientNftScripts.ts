@@ -1,6 +1,6 @@
 import { ambientProbeSetName } from './ambientConfig.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
-import { parseIpAddress, quote } from './ipAddress.ts';
+import { parseIpAddress, quoteForError } from '@istio-cni/cni';
 import type { NftLayout, NftRule, NftTable } from './nftRule.ts';
 import { renderNftTransaction } from './renderNftTransaction.ts';
 
@@ -100,7 +100,7 @@ export function ambientProbeSetsDestroyScript(): string {
  */
 function parsePodUid(uid: string): string {
   if (typeof uid !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(uid)) {
-    throw new Error(`invalid pod UID ${quote(String(uid))}`);
+    throw new Error(`invalid pod UID ${quoteForError(String(uid))}`);
   }
   return uid;
 }

@@ -1,8 +1,8 @@
 import { AnnotationError } from './annotationError.ts';
 import { ANNOTATION } from './annotationNames.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
-import { quote } from './ipAddress.ts';
-import { MAX_VALUE_LENGTH, parseGoBool, parseInterfaceList } from './parseValues.ts';
+import { quoteForError } from '@istio-cni/cni';
+import { MAX_VALUE_LENGTH, parseGoBool, parseInterfaceList } from './parseAnnotationValues.ts';
 import type { Pod } from './podTypes.ts';
 
 /** Pod annotations read by the ambient agent (values from `istio.io/api`). */
@@ -43,7 +43,7 @@ function readBool(annotations: Readonly<Record<string, string>>, name: string, w
   if (value === undefined) return undefined;
   const parsed = parseGoBool(value);
   if (parsed === undefined) {
-    warnings.push(`annotation ${name}=${quote(value)} found, but only boolean values are supported, ignoring`);
+    warnings.push(`annotation ${name}=${quoteForError(value)} found, but only boolean values are supported, ignoring`);
   }
   return parsed;
 }

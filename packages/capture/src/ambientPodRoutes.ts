@@ -1,6 +1,6 @@
 import { AMBIENT, hex } from './ambientConfig.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
-import type { IpFamily } from './ipAddress.ts';
+import type { IpFamily } from '@istio-cni/cni';
 
 /** `ip rule add fwmark 0x111/0xfff pref 32764 lookup 100` for one family. */
 export interface AmbientMarkIpRule {

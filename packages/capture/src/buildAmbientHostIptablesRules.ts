@@ -1,6 +1,6 @@
 import { AMBIENT_CHAIN, ambientProbeSetName } from './ambientConfig.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
-import type { IpFamily } from './ipAddress.ts';
+import type { IpFamily } from '@istio-cni/cni';
 import type { IptablesRule, IptablesRuleSet } from './iptablesRule.ts';
 
 const POSTRT = AMBIENT_CHAIN.hostPostrouting;

@@ -1,7 +1,7 @@
 import { ambientProbeSetName } from './ambientConfig.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
 import type { NftRule } from './nftRule.ts';
-import { parseOwnerId } from './parseValues.ts';
+import { parseOwnerId } from './parseAnnotationValues.ts';
 
 /**
  * The host-netns nftables probe rule (upstream `cni/pkg/nftables`): TCP from the kubelet's UID to an enrolled pod IP

@@ -2,9 +2,9 @@ import { AMBIENT, AMBIENT_CHAIN, hex, markMask } from './ambientConfig.ts';
 import type { AmbientConfig } from './ambientConfig.ts';
 import { ambientRedirectDns } from './ambientPodOverrides.ts';
 import type { AmbientPodOverrides } from './ambientPodOverrides.ts';
-import type { IpFamily } from './ipAddress.ts';
+import type { IpFamily } from '@istio-cni/cni';
 import type { IptablesRule, IptablesRuleSet, IptablesTable } from './iptablesRule.ts';
-import { parseInterfaceName } from './parseValues.ts';
+import { parseInterfaceName } from './parseAnnotationValues.ts';
 
 const PRERT = AMBIENT_CHAIN.prerouting;
 const OUTPUT = AMBIENT_CHAIN.output;

@@ -3,7 +3,7 @@ import type { AmbientConfig } from './ambientConfig.ts';
 import { ambientRedirectDns } from './ambientPodOverrides.ts';
 import type { AmbientPodOverrides } from './ambientPodOverrides.ts';
 import type { NftRule, NftTable } from './nftRule.ts';
-import { parseInterfaceName } from './parseValues.ts';
+import { parseInterfaceName } from './parseAnnotationValues.ts';
 
 const NAT: NftTable = 'istio-ambient-nat';
 const MANGLE: NftTable = 'istio-ambient-mangle';

@@ -1,6 +1,6 @@
 import type { CaptureConfig } from './captureConfig.ts';
 import { DNS_PROXY_PORT, OUTBOUND_MARK } from './captureConfig.ts';
-import type { Cidr } from './ipAddress.ts';
+import type { Cidr } from '@istio-cni/cni';
 import type { NftRule, NftTable } from './nftRule.ts';
 
 const NAT: NftTable = 'istio-proxy-nat';

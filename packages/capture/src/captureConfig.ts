@@ -1,8 +1,8 @@
 import { AnnotationError } from './annotationError.ts';
-import type { Cidr, IpAddress } from './ipAddress.ts';
-import { parseCidr } from './ipAddress.ts';
-import { parseGroupList, parseGroupListOrWildcard } from './parseValues.ts';
-import type { Wildcard } from './parseValues.ts';
+import type { Cidr, IpAddress } from '@istio-cni/cni';
+import { parseCidr } from '@istio-cni/cni';
+import { parseGroupList, parseGroupListOrWildcard } from './parseAnnotationValues.ts';
+import type { Wildcard } from './parseAnnotationValues.ts';
 import type { InterceptionMode, Redirect } from './redirectFromPod.ts';
 
 /**

@@ -1,7 +1,5 @@
 export { AnnotationError } from './annotationError.ts';
 export { ANNOTATION, LABEL } from './annotationNames.ts';
-export { parseCidr, parseIpAddress } from './ipAddress.ts';
-export type { Cidr, IpAddress, IpFamily } from './ipAddress.ts';
 export {
   MAX_LIST_ITEMS,
   MAX_VALUE_LENGTH,
@@ -17,8 +15,8 @@ export {
   parsePort,
   parsePortList,
   parsePortListOrWildcard,
-} from './parseValues.ts';
-export type { Wildcard } from './parseValues.ts';
+} from './parseAnnotationValues.ts';
+export type { Wildcard } from './parseAnnotationValues.ts';
 export { findProxyContainer, INIT_CONTAINER_NAME, PROXY_CONTAINER_NAME, proxyEnvironment } from './podTypes.ts';
 export type { Container, EnvVar, Namespace, ObjectMeta, Pod, PodIP, PodSpec, PodStatus, SecurityContext } from './podTypes.ts';
 export { ALWAYS_EXCLUDED_INBOUND_PORTS, redirectFromPod } from './redirectFromPod.ts';
@@ -36,6 +34,8 @@ export { renderNftTransaction } from './renderNftTransaction.ts';
 export { isAgentPod, isKubernetesPod, sidecarDecision } from './sidecarDecision.ts';
 export type { SidecarDecision } from './sidecarDecision.ts';
 export { localSkipReason, type LocalPolicy } from './localSkipReason.ts';
+export { captureFailure, decidePod, missingRulesFailure } from './podDecision.ts';
+export type { AmbientSelection, FoundPod, PodDecision, PodDecisionInput, PodFailure, PodLookupNeeded } from './podDecision.ts';
 export {
   ambientEnabledFor,
   DEFAULT_ENABLEMENT_SELECTORS,

@@ -1,6 +1,6 @@
 import { AnnotationError } from './annotationError.ts';
 import { ANNOTATION } from './annotationNames.ts';
-import type { Cidr } from './ipAddress.ts';
+import type { Cidr } from '@istio-cni/cni';
 import {
   parseCidrList,
   parseCidrListOrWildcard,
@@ -8,8 +8,8 @@ import {
   parseInterfaceList,
   parsePortList,
   parsePortListOrWildcard,
-} from './parseValues.ts';
-import type { Wildcard } from './parseValues.ts';
+} from './parseAnnotationValues.ts';
+import type { Wildcard } from './parseAnnotationValues.ts';
 import { findProxyContainer, proxyEnvironment } from './podTypes.ts';
 import type { Pod } from './podTypes.ts';
 

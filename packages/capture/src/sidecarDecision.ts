@@ -1,5 +1,5 @@
 import { ANNOTATION, LABEL } from './annotationNames.ts';
-import { parseGoBool } from './parseValues.ts';
+import { parseGoBool } from './parseAnnotationValues.ts';
 import { findProxyContainer, INIT_CONTAINER_NAME, proxyEnvironment } from './podTypes.ts';
 import type { Pod } from './podTypes.ts';
 

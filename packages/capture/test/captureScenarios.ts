@@ -1,5 +1,6 @@
-import { DEFAULT_CAPTURE_CONFIG, parseCidr, parseIpAddress, parsePort } from '@istio-cni/capture';
-import type { CaptureConfig, Cidr, IpAddress } from '@istio-cni/capture';
+import { DEFAULT_CAPTURE_CONFIG, parsePort } from '@istio-cni/capture';
+import type { CaptureConfig } from '@istio-cni/capture';
+import { parseCidr, parseIpAddress, type Cidr, type IpAddress } from '@istio-cni/cni';
 
 /** Upstream `config.Split` semantics for test inputs: empty items (trailing commas) are dropped. */
 function items(list: string): string[] {

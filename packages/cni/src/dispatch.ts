@@ -7,6 +7,7 @@ import { parseNetConf, type NetConf } from './parseNetConf.ts';
 import { versionAtLeast } from './parseVersion.ts';
 import { decodeConfigVersion, validateSkelConfig } from './skelConfig.ts';
 import { LATEST_VERSION, SUPPORTED_VERSIONS, versionInfo } from './versions.ts';
+import { errorMessage } from './errorMessage.ts';
 
 /** A plugin's command handlers. */
 export interface PluginFuncs {
@@ -38,7 +39,7 @@ type Handler = (args: CmdArgs, conf: NetConf) => Promise<Record<string, unknown>
 function toCniError(e: unknown): CniError {
   if (e instanceof CniError) return e;
   // Message only: a stack trace is never part of the wire format.
-  const msg = e instanceof Error ? e.message : String(e);
+  const msg = errorMessage(e);
   return new CniError(ErrorCode.Internal, msg);
 }
 

@@ -393,7 +393,12 @@ function escapeString(s: string): string {
   return out + '"';
 }
 
-function encode(value: unknown, indent: string, level: number): string {
+/** Go's map key order: by UTF-8 bytes. */
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
+
+function encode(value: unknown, indent: string, level: number, sortKeys: boolean): string {
   if (value === null || value === undefined) return 'null';
   if (typeof value === 'string') return escapeString(value);
   if (typeof value === 'number') return Number.isFinite(value) ? String(value) : 'null';
@@ -403,19 +408,53 @@ function encode(value: unknown, indent: string, level: number): string {
   const colon = indent === '' ? ':' : ': ';
   if (Array.isArray(value)) {
     if (value.length === 0) return '[]';
-    return '[' + value.map((v) => pad + encode(v, indent, level + 1)).join(',') + end + ']';
+    return '[' + value.map((v) => pad + encode(v, indent, level + 1, sortKeys)).join(',') + end + ']';
   }
   const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
   if (entries.length === 0) return '{}';
-  return '{' + entries.map(([k, v]) => pad + escapeString(k) + colon + encode(v, indent, level + 1)).join(',') + end + '}';
+  if (sortKeys) entries.sort(([a], [b]) => byteOrder(a, b));
+  return '{' + entries.map(([k, v]) => pad + escapeString(k) + colon + encode(v, indent, level + 1, sortKeys)).join(',') + end + '}';
 }
 
-/** Go's `json.MarshalIndent(v, "", "    ")` for plain JSON data; keys keep insertion order. */
-export function goMarshalIndent(value: unknown): string {
-  return encode(value, '    ', 0);
+export interface GoMarshalIndentOptions {
+  /** One level of indentation; Go's `MarshalIndent(v, "", indent)`. Four spaces unless given. */
+  indent?: string;
+  /** Object keys in UTF-8 byte order at every depth (how Go encodes a map); else insertion order (a struct). */
+  sortKeys?: boolean;
+}
+
+/** Go's `json.MarshalIndent(v, "", "    ")` for plain JSON data; keys keep insertion order unless sorted. */
+export function goMarshalIndent(value: unknown, options: GoMarshalIndentOptions = {}): string {
+  return encode(value, options.indent ?? '    ', 0, options.sortKeys ?? false);
+}
+
+/**
+ * A CNI config file as Go programs write one: `json.MarshalIndent(v, "", "  ")` and a final newline.
+ * `sorted` for data decoded into a Go map (a conflist edited as `map[string]any`), `ordered` for a
+ * Go struct (fields in declaration order).
+ */
+export function goConfigFileText(value: unknown, keys: 'sorted' | 'ordered'): string {
+  return goMarshalIndent(value, { indent: '  ', sortKeys: keys === 'sorted' }) + '\n';
 }
 
 /** Go's `json.Marshal` for plain JSON data; keys keep insertion order. */
 export function goMarshal(value: unknown): string {
-  return encode(value, '', 0);
+  return encode(value, '', 0, false);
+}
+
+/** Plain JSON data, as `JSON.parse` returns it. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+export type JsonObject = { [key: string]: JsonValue };
+
+export function isJsonObject(v: unknown): v is JsonObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * Parses JSON into plain data (JavaScript's syntax-error text). `__proto__` keys become ordinary own
+ * properties (JSON.parse does that already); the encoder only reads own keys, so such a key
+ * round-trips unchanged.
+ */
+export function parseJson(text: string): JsonValue {
+  return JSON.parse(text) as JsonValue;
 }

@@ -12,4 +12,15 @@ export { validAttachments, VALID_ATTACHMENTS_KEY, type Attachment } from './vali
 export { validateContainerId, validateInterfaceName, validateNetworkName } from './validateNames.ts';
 export { parseVersion, versionAtLeast, type ParsedVersion } from './parseVersion.ts';
 export { dispatch, type PluginFuncs, type DispatchOutcome, type DispatchOptions } from './dispatch.ts';
-export { formatIPv6Groups } from './ipAddress.ts';
+export { formatIPv6Groups, parseCidr, parseIpAddress, quoteForError, type Cidr, type IpAddress, type IpFamily } from './ipAddress.ts';
+export {
+  goConfigFileText,
+  goMarshal,
+  goMarshalIndent,
+  isJsonObject,
+  parseJson,
+  type GoMarshalIndentOptions,
+  type JsonObject,
+  type JsonValue,
+} from './goJson.ts';
+export { errorMessage } from './errorMessage.ts';

@@ -1,6 +1,10 @@
-// IP and CIDR text handling with the behaviour of Go's net.ParseIP,
-// net.ParseCIDR and their String() forms, which the reference library
-// uses for every address in a result.
+// IP and CIDR text handling, one parser with two faces:
+// - Go's net.ParseIP, net.ParseCIDR and their String() forms, which the reference library uses for
+//   every address in a result (parseIP, parseCIDR, formatIP, formatCIDR);
+// - Go's net/netip, which upstream Istio validates annotations and flags with (parseIpAddress,
+//   parseCidr): the same address grammar (no zones, no leading zeros in IPv4 octets), but IPv4
+//   written in IPv6 form stays IPv6, prefix lengths take no leading zeros, and text prints as
+//   netip.Prefix.String() does (RFC 5952 for IPv6).
 
 /** 16-byte address (IPv4 stored IPv4-mapped, as Go does). */
 export type IPBytes = Uint8Array;
@@ -136,4 +140,90 @@ export function formatCIDR(cidr: ParsedCidr): string {
     return `${formatIP(cidr.ip)}/${prefix}`;
   }
   return `${formatIP(cidr.ip)}/${cidr.prefix}`;
+}
+
+/** Address family in `netip` terms: 6 for any address written with colons, IPv4-mapped included. */
+export type IpFamily = 4 | 6;
+
+export interface IpAddress {
+  readonly family: IpFamily;
+  /** Canonical text (`netip.Addr.String()`), e.g. `2001:db8::1`. */
+  readonly address: string;
+  /** The validated input text; upstream writes DNS server addresses verbatim (`::127.0.0.53`). */
+  readonly text: string;
+  /** Parsed bytes: 4 for IPv4, 16 for IPv6. */
+  readonly bytes: readonly number[];
+}
+
+export interface Cidr {
+  readonly family: IpFamily;
+  /** Canonical address text; the host bits are kept, as `netip.Prefix` does (`127.0.0.1/8`). */
+  readonly address: string;
+  readonly prefixLength: number;
+  /** `address/prefixLength`, as `netip.Prefix.String()` prints it. */
+  readonly text: string;
+  /** True when the address is loopback (`127.0.0.0/8`, `::1`, or a v4-mapped loopback). */
+  readonly isLoopback: boolean;
+}
+
+const MAX_TEXT = 64;
+
+/** JSON-quoted value for an error message, cut to 64 characters. */
+export function quoteForError(text: string): string {
+  return text.length <= MAX_TEXT ? JSON.stringify(text) : `${JSON.stringify(text.slice(0, MAX_TEXT))}...`;
+}
+
+/** `netip.Addr.String()` of 16 bytes written as IPv6: `::ffff:a.b.c.d` for IPv4-mapped. */
+function formatIpv6Netip(bytes: IPBytes): string {
+  if (isIPv4(bytes)) return `::ffff:${Array.from(bytes.subarray(12)).join('.')}`;
+  return formatIPv6Groups(bytes);
+}
+
+/** `netip.ParseAddr` without zones; throws an Error naming the value when it is not an address. */
+export function parseIpAddress(text: string): IpAddress {
+  if (typeof text !== 'string' || text.length === 0 || text.length > MAX_TEXT) {
+    throw new Error(`invalid IP address ${quoteForError(text)}`);
+  }
+  const ip = parseIP(text);
+  if (ip === null) throw new Error(`invalid IP address ${quoteForError(text)}`);
+  if (text.includes(':')) return { family: 6, address: formatIpv6Netip(ip), text, bytes: Array.from(ip) };
+  const bytes = Array.from(ip.subarray(12));
+  return { family: 4, address: bytes.join('.'), text, bytes };
+}
+
+function isLoopbackBytes(family: IpFamily, bytes: readonly number[]): boolean {
+  if (family === 4) return bytes[0] === 127;
+  if (isIPv4(Uint8Array.from(bytes))) return bytes[12] === 127;
+  return bytes.slice(0, 15).every((b) => b === 0) && bytes[15] === 1;
+}
+
+/** `netip.ParsePrefix`: `address/prefix` strictly; throws an Error naming the value when it is not a CIDR. */
+export function parseCidr(text: string): Cidr {
+  if (typeof text !== 'string' || text.length > MAX_TEXT + 4) {
+    throw new Error(`invalid CIDR ${quoteForError(text)}`);
+  }
+  const slash = text.indexOf('/');
+  if (slash < 0) throw new Error(`invalid CIDR ${quoteForError(text)}: no '/'`);
+  const addrText = text.slice(0, slash);
+  const bitsText = text.slice(slash + 1);
+  let ip: IpAddress;
+  try {
+    ip = parseIpAddress(addrText);
+  } catch {
+    throw new Error(`invalid CIDR ${quoteForError(text)}: bad address`);
+  }
+  if (!/^(0|[1-9][0-9]{0,2})$/.test(bitsText)) {
+    throw new Error(`invalid CIDR ${quoteForError(text)}: bad prefix length`);
+  }
+  const prefixLength = Number(bitsText);
+  if (prefixLength > (ip.family === 4 ? 32 : 128)) {
+    throw new Error(`invalid CIDR ${quoteForError(text)}: prefix length out of range`);
+  }
+  return {
+    family: ip.family,
+    address: ip.address,
+    prefixLength,
+    text: `${ip.address}/${prefixLength}`,
+    isLoopback: isLoopbackBytes(ip.family, ip.bytes),
+  };
 }

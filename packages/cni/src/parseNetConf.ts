@@ -3,6 +3,7 @@ import { ErrorCode } from './errorCode.ts';
 import { goFieldEntries, goJsonKind, goJsonParse, goStringField } from './goJson.ts';
 import { parseResult } from './parseResult.ts';
 import type { Result } from './result.ts';
+import { errorMessage } from './errorMessage.ts';
 
 /** A plugin's network configuration (stdin of ADD/DEL/CHECK/GC/STATUS). */
 export interface NetConf {
@@ -78,7 +79,7 @@ export function parseNetConf(stdin: Buffer | string, options: ParseNetConfOption
     try {
       conf.prevResult = parseResult(input, conf.cniVersion);
     } catch (e) {
-      const msg = e instanceof Error ? e.message : String(e);
+      const msg = errorMessage(e);
       throw new CniError(ErrorCode.DecodingFailure, `could not parse prevResult: ${msg}`);
     }
   }

@@ -1,7 +1,7 @@
 import { buildIptablesReconcileDocument } from './buildIptablesReconcileDocument.ts';
 import { CommandError, type CommandRunner, type RunOptions } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
-import { type IpFamily, type IptablesBackend, versionAtLeast } from './detectIptablesBackend.ts';
+import { type IptablesFamily, type IptablesBackend, versionAtLeast } from './detectIptablesBackend.ts';
 import { diffIptablesState, type IptablesState, parseIptablesSave } from './iptablesState.ts';
 import { type OpenScratchNetns, withScratchNetns } from './scratchNetns.ts';
 
@@ -13,7 +13,7 @@ export interface IptablesDeps {
 }
 
 /** iptables-restore documents per family; a family without a document is left alone. */
-export type IptablesDocuments = Partial<Record<IpFamily, string>>;
+export type IptablesDocuments = Partial<Record<IptablesFamily, string>>;
 
 export interface ApplyIptablesRulesOptions {
   netns: string;
@@ -26,10 +26,10 @@ export interface ApplyIptablesRulesOptions {
 export type ApplyOutcome = 'applied' | 'unchanged' | 'reconciled';
 
 export interface ApplyIptablesResult {
-  outcome: Record<IpFamily, ApplyOutcome | 'skipped'>;
+  outcome: Record<IptablesFamily, ApplyOutcome | 'skipped'>;
 }
 
-const families: readonly IpFamily[] = ['ipv4', 'ipv6'];
+const families: readonly IptablesFamily[] = ['ipv4', 'ipv6'];
 
 /**
  * Applies sidecar capture rules in a netns (as upstream `tools/istio-iptables`): an empty namespace gets the documents via
@@ -40,7 +40,7 @@ const families: readonly IpFamily[] = ['ipv4', 'ipv6'];
 export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
   const optimistic = await tryOptimisticRestore(deps, options);
   if (optimistic !== undefined) return optimistic;
-  const plans: { family: IpFamily; document: string; stdin?: string; outcome: ApplyOutcome }[] = [];
+  const plans: { family: IptablesFamily; document: string; stdin?: string; outcome: ApplyOutcome }[] = [];
   for (const family of families) {
     const document = options.documents[family];
     if (document === undefined || document.trim() === '') continue;
@@ -123,7 +123,7 @@ export async function verifyIptablesRules(deps: IptablesDeps, options: VerifyIpt
 export async function readIptablesState(
   runner: CommandRunner,
   backend: IptablesBackend,
-  family: IpFamily,
+  family: IptablesFamily,
   netns: string,
 ): Promise<IptablesState> {
   const { stdout } = await runner.run([backend.binaries[family].save], xtablesRunOptions(backend, netns));
@@ -138,7 +138,7 @@ export async function readIptablesState(
 export async function canonicalIptablesState(
   deps: IptablesDeps,
   backend: IptablesBackend,
-  family: IpFamily,
+  family: IptablesFamily,
   document: string,
 ): Promise<IptablesState> {
   const key = `${backend.flavor}\0${family}\0${document}`;
@@ -152,7 +152,7 @@ export async function canonicalIptablesState(
   return state;
 }
 
-async function restore(runner: CommandRunner, backend: IptablesBackend, family: IpFamily, netns: string, stdin: string): Promise<void> {
+async function restore(runner: CommandRunner, backend: IptablesBackend, family: IptablesFamily, netns: string, stdin: string): Promise<void> {
   const argv = [backend.binaries[family].restore, '--noflush'];
   if (!backend.nfTables && versionAtLeast(backend.version, 1, 6, 2)) argv.push('--wait=30');
   await runner.run(argv, { ...xtablesRunOptions(backend, netns), stdin });

@@ -2,7 +2,8 @@ import type { CommandRunner } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
 
 export type IptablesFlavor = 'legacy' | 'nft' | 'plain';
-export type IpFamily = 'ipv4' | 'ipv6';
+/** Which of the iptables tool families runs: `iptables*` (ipv4) or `ip6tables*` (ipv6). */
+export type IptablesFamily = 'ipv4' | 'ipv6';
 
 export interface IptablesBinaries {
   iptables: string;
@@ -22,7 +23,7 @@ export interface IptablesBackend {
   /** Kernel API behind it, from the version string: `nf_tables` ⇒ nft. */
   nfTables: boolean;
   version: IptablesVersion;
-  binaries: Readonly<Record<IpFamily, IptablesBinaries>>;
+  binaries: Readonly<Record<IptablesFamily, IptablesBinaries>>;
 }
 
 export interface DetectIptablesBackendOptions {
@@ -36,7 +37,7 @@ export interface DetectIptablesBackendOptions {
 
 const prefixes: Readonly<Record<IptablesFlavor, string>> = { legacy: '-legacy', nft: '-nft', plain: '' };
 
-export function iptablesBinaries(flavor: IptablesFlavor): Readonly<Record<IpFamily, IptablesBinaries>> {
+export function iptablesBinaries(flavor: IptablesFlavor): Readonly<Record<IptablesFamily, IptablesBinaries>> {
   const make = (base: string): IptablesBinaries => {
     const name = `${base}${prefixes[flavor]}`;
     return { iptables: name, save: `${name}-save`, restore: `${name}-restore` };

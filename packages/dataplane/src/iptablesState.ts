@@ -1,7 +1,7 @@
 /** Rules of one table, by chain; each rule is its `iptables-save` text after `-A <chain> `. */
-export type IptablesTable = Map<string, string[]>;
+export type IptablesChainRules = Map<string, string[]>;
 /** Tables by name (`nat`, `mangle`, ...). */
-export type IptablesState = Map<string, IptablesTable>;
+export type IptablesState = Map<string, IptablesChainRules>;
 
 const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 
@@ -17,7 +17,7 @@ export function isBuiltinChain(chain: string): boolean {
 /** Parses `iptables-save` output. Comments and counters are dropped; chain declarations are kept. */
 export function parseIptablesSave(text: string): IptablesState {
   const state: IptablesState = new Map();
-  let table: IptablesTable | undefined;
+  let table: IptablesChainRules | undefined;
   for (const raw of text.split('\n')) {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) continue;

@@ -12,6 +12,8 @@
  *   other versions with CNI error 1 (incompatible version), which the plugin reports as such.
  */
 
+import type { Attachment } from '@istio-cni/cni';
+
 export const PROTOCOL = 1;
 export const MIN_PROTOCOL = 1;
 export const HANDOFF_PATH = '/v1/cni';
@@ -35,11 +37,6 @@ export interface PodIp {
   address: string;
   gateway?: string;
   interface?: number;
-}
-
-export interface Attachment {
-  containerId: string;
-  ifName: string;
 }
 
 export interface HandoffRequest {

@@ -1,5 +1,6 @@
 import { parseEnablementSelectors } from '@istio-cni/capture';
 import { LOG_SOCKET, PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import { startHandoffServer, type HandoffServer } from './agent/handoffServer.ts';
 import { noApiHandler } from './agent/noApiHandler.ts';
 import { startNodeAgent, type NodeAgent } from './agent/startNodeAgent.ts';
@@ -95,7 +96,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
         },
         (err: unknown) => {
           // As upstream: the ambient agent failing to start is fatal; the installer loop stops.
-          logger.error('node agent failed to start', { error: err instanceof Error ? err.message : String(err) });
+          logger.error('node agent failed to start', { error: errorMessage(err) });
           agentFailure.abort(err);
         },
       );
@@ -105,7 +106,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     if (agentFailure.signal.aborted) throw agentFailure.signal.reason;
   } catch (err) {
     failure = err;
-    logger.error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });
+    logger.error('install-cni failed', { error: errorMessage(err) });
   }
   logger.info('install-cni shutting down', { reason: String(signal.reason ?? (failure ? 'error' : 'signal')) });
   readiness.install = false;
@@ -122,7 +123,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     // In-pod rules of running pods are never removed; node-level ambient state only when not upgrading.
     await agent?.stop(!keep);
   } catch (err) {
-    logger.error('cleanup failed', { error: err instanceof Error ? err.message : String(err) });
+    logger.error('cleanup failed', { error: errorMessage(err) });
     failure ??= err;
   }
   for (const close of closers.reverse()) await close().catch(() => undefined);

@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import { VERSION } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import { checkRuntimeCommand } from './commands/checkRuntime.ts';
 import { installBinariesCommand } from './commands/installBinaries.ts';
 import { istioIptablesCommand } from './commands/istioIptables.ts';
@@ -42,7 +43,7 @@ program.addCommand(checkRuntimeCommand());
 program.parseAsync(process.argv).then(
   () => process.exit(process.exitCode ?? 0),
   (err: unknown) => {
-    createDaemonLogger().error('install-cni failed', { error: err instanceof Error ? err.message : String(err) });
+    createDaemonLogger().error('install-cni failed', { error: errorMessage(err) });
     process.exit(1);
   },
 );

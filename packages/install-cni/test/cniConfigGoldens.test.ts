@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import { checkValidCniConfig } from '../src/installer/checkValidCniConfig.ts';
 import { cleanupInstall } from '../src/installer/cleanupInstall.ts';
 import { insertCniConfig } from '../src/installer/insertCniConfig.ts';
-import { pluginConfigText } from '../src/installer/pluginConfig.ts';
+import { pluginConfigText } from '@istio-cni/handoff';
 import { WaitAborted, resolveCniConfigPath } from '../src/installer/resolveCniConfigPath.ts';
 import { writeCniConfig } from '../src/installer/writeCniConfig.ts';
 import { INSTALL_TESTDATA, INSTALL_TEST_PLUGIN, cniSettings, fixture, seed, tempDir } from './testHelpers.ts';

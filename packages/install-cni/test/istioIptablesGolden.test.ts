@@ -4,12 +4,11 @@ import {
   buildSidecarIptablesRules,
   buildSidecarNftRules,
   DEFAULT_CAPTURE_CONFIG,
-  parseCidr,
-  parseIpAddress,
   renderIptablesRestore,
   renderNftTransaction,
 } from '@istio-cni/capture';
 import type { CaptureConfig } from '@istio-cni/capture';
+import { parseCidr, parseIpAddress } from '@istio-cni/cni';
 import {
   dryRunDocuments,
   goldenRestoreText,

@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createJsonLogger, type Logger } from '@istio-cni/handoff';
 import type { CniConfigSettings } from '../src/installer/cniConfigSettings.ts';
-import type { PluginConfigInput } from '../src/installer/pluginConfig.ts';
 import { UPSTREAM_TESTDATA } from '../../../test/support/upstreamTestdata.ts';
+import type { PluginConfig } from '@istio-cni/handoff';
 
 export const UPSTREAM = join(UPSTREAM_TESTDATA, 'cni');
 export const INSTALL_TESTDATA = join(UPSTREAM, 'pkg/install/testdata');
@@ -29,7 +29,7 @@ export async function fixture(path: string): Promise<string> {
 }
 
 /** Plugin settings of the `cni/pkg/install` tests (testdata/upstream/inputs.md §5.4). */
-export const INSTALL_TEST_PLUGIN: PluginConfigInput = {
+export const INSTALL_TEST_PLUGIN: PluginConfig = {
   pluginLogLevel: 'debug',
   cniAgentRunDir: '/path/to/kubeconfig',
   ambientEnabled: false,
@@ -38,9 +38,10 @@ export const INSTALL_TEST_PLUGIN: PluginConfigInput = {
   podNamespace: 'my-namespace',
   nativeNftables: false,
   enableAmbientDetectionRetry: false,
+  forceIptablesBinary: '',
 };
 
-export function cniSettings(dir: string, over: Partial<CniConfigSettings> = {}, plugin: Partial<PluginConfigInput> = {}): CniConfigSettings {
+export function cniSettings(dir: string, over: Partial<CniConfigSettings> = {}, plugin: Partial<PluginConfig> = {}): CniConfigSettings {
   return {
     mountedCniNetDir: dir,
     cniConfName: '',
@@ -136,6 +137,7 @@ export function cniTestSettings(host: ScratchHost, over: { chained?: boolean; co
         podNamespace: '',
         nativeNftables: false,
         enableAmbientDetectionRetry: false,
+        forceIptablesBinary: '',
       },
     },
   };

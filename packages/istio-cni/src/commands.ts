@@ -13,16 +13,18 @@ import {
 import {
   PROTOCOL,
   isFailure,
+  localPolicyOf,
+  parsePluginConfig,
   type HandoffCommand,
   type HandoffRequest,
   type HandoffVerdict,
   type Logger,
+  type PluginConfig,
   type PodIp,
 } from '@istio-cni/handoff';
 import { localSkipReason } from '@istio-cni/capture';
 import { AgentUnreachableError, type AgentClient } from './agentClient.ts';
 import type { DegradedOutcome } from './degraded/degradedMode.ts';
-import { parsePluginConfig, type PluginConfig } from './pluginConfig.ts';
 
 export interface PluginDeps {
   agentFor(config: PluginConfig): AgentClient;
@@ -40,10 +42,7 @@ export interface DegradedRunner {
 
 /** Why an invocation is answered without asking the agent, or `undefined` when the agent decides. */
 export function skipReason(k8s: K8sArgs, config: PluginConfig): string | undefined {
-  return localSkipReason(k8s.podName, k8s.podNamespace, {
-    agentNamespace: config.podNamespace,
-    excludeNamespaces: config.excludeNamespaces,
-  });
+  return localSkipReason(k8s.podName, k8s.podNamespace, localPolicyOf(config));
 }
 
 function prevResultIps(conf: NetConf): PodIp[] {

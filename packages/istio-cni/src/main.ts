@@ -1,5 +1,5 @@
 import { readFileSync, statSync } from 'node:fs';
-import { SUPPORTED_VERSIONS, dispatch } from '@istio-cni/cni';
+import { dispatch, ErrorCode, errorMessage, LATEST_VERSION, SUPPORTED_VERSIONS } from '@istio-cni/cni';
 import { VERSION, createJsonLogger, parseLogThreshold } from '@istio-cni/handoff';
 import { udsAgentClient } from './agentClient.ts';
 import { createPluginFuncs } from './commands.ts';
@@ -61,7 +61,7 @@ async function main(): Promise<void> {
 
 main().catch((err: unknown) => {
   // dispatch() never throws; this is the last line of defence so the runtime still gets JSON.
-  const msg = err instanceof Error ? err.message : String(err);
-  process.stdout.write(JSON.stringify({ cniVersion: '1.1.0', code: 999, msg }, null, 4) + '\n');
+  const msg = errorMessage(err);
+  process.stdout.write(JSON.stringify({ cniVersion: LATEST_VERSION, code: ErrorCode.Internal, msg }, null, 4) + '\n');
   process.exitCode = 1;
 });

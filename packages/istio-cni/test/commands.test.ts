@@ -1,10 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CniError, parseNetConf, type CmdArgs } from '@istio-cni/cni';
-import { createJsonLogger, type HandoffRequest, type HandoffResponse } from '@istio-cni/handoff';
+import { createJsonLogger, parsePluginConfig, type HandoffRequest, type HandoffResponse } from '@istio-cni/handoff';
 import { AgentUnreachableError, type AgentClient } from '../src/agentClient.ts';
 import { createPluginFuncs, skipReason } from '../src/commands.ts';
-import { parsePluginConfig } from '../src/pluginConfig.ts';
 
 const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
 
@@ -139,38 +138,4 @@ describe('createPluginFuncs', () => {
     );
     assert.deepEqual(agent.requests[0]?.validAttachments, [{ containerId: 'a', ifName: 'eth0' }]);
   });
-});
-
-describe('parsePluginConfig', () => {
-  it('applies upstream\'s netconf defaults', () => {
-    const c = parsePluginConfig(parseNetConf('{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}'));
-    assert.deepEqual(c, {
-      pluginLogLevel: '',
-      cniAgentRunDir: '/var/run/istio-cni',
-      ambientEnabled: false,
-      enablementSelectors: [],
-      excludeNamespaces: [],
-      podNamespace: '',
-      nativeNftables: false,
-      enableAmbientDetectionRetry: false,
-      forceIptablesBinary: '',
-    });
-  });
-
-  const bad: [string, unknown, RegExp][] = [
-    ['ambient_enabled', 'true', /ambient_enabled must be a boolean/],
-    ['exclude_namespaces', 'kube-system', /exclude_namespaces must be an array of strings/],
-    ['exclude_namespaces', [1], /exclude_namespaces must be an array of strings/],
-    ['cni_agent_run_dir', 5, /cni_agent_run_dir must be a string/],
-    ['enablement_selectors', {}, /enablement_selectors: enablement selectors must be a list/],
-    ['enablement_selectors', [{ podSelector: 'x' }], /enablement_selectors: \[0\]\.podSelector must be an object/],
-  ];
-  for (const [key, value, msg] of bad) {
-    it(`rejects ${key}=${JSON.stringify(value)} with code 7`, () => {
-      assert.throws(
-        () => parsePluginConfig(conf({ [key]: value })),
-        (err: unknown) => err instanceof CniError && err.code === 7 && msg.test(err.message),
-      );
-    });
-  }
 });

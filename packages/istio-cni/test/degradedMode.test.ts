@@ -2,10 +2,9 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { redirectFromPod, type Namespace, type Pod } from '@istio-cni/capture';
 import { CniError, parseNetConf } from '@istio-cni/cni';
-import { createJsonLogger } from '@istio-cni/handoff';
+import { createJsonLogger, parsePluginConfig } from '@istio-cni/handoff';
 import { ApiRequestError, ApiUnauthorizedError } from '../src/degraded/apiReader.ts';
 import { degradedAdd, degradedCheck, type DegradedDeps } from '../src/degraded/degradedMode.ts';
-import { parsePluginConfig } from '../src/pluginConfig.ts';
 
 const log = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
 const k8s = { podName: 'web-0', podNamespace: 'default', podUid: 'u', podInfraContainerId: 'c' };

@@ -16,7 +16,7 @@ import {
 import { type ApplyOutcome, applyIptablesRules, type IptablesDocuments, verifyIptablesRules, xtablesRunOptions } from '../applyIptablesRules.ts';
 import { applyNftRules, verifyNftRules } from '../applyNftRules.ts';
 import type { CommandRunner } from '../commandRunner.ts';
-import type { IpFamily, IptablesBackend } from '../detectIptablesBackend.ts';
+import type { IptablesFamily, IptablesBackend } from '../detectIptablesBackend.ts';
 import type { IptablesState } from '../iptablesState.ts';
 import type { OpenScratchNetns } from '../scratchNetns.ts';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
@@ -63,7 +63,7 @@ export function withNetnsPath<T>(target: NetnsTarget, fn: (path: string) => Prom
 }
 
 export interface AmbientPodRulesResult {
-  outcome: ApplyOutcome | Record<IpFamily, ApplyOutcome | 'skipped'>;
+  outcome: ApplyOutcome | Record<IptablesFamily, ApplyOutcome | 'skipped'>;
 }
 
 /**

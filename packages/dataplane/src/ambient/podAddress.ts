@@ -1,4 +1,4 @@
-import { parseIpAddress } from '@istio-cni/capture';
+import { parseIpAddress } from '@istio-cni/cni';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 
 export interface PodAddress {

@@ -1,6 +1,7 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
+import { ErrorCode, errorMessage } from '@istio-cni/cni';
 import {
   HANDOFF_PATH,
   MAX_REQUEST_BYTES,
@@ -60,7 +61,7 @@ function fail(res: ServerResponse, status: number, code: number, msg: string): v
 
 async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffServerOptions): Promise<void> {
   if (req.method !== 'POST' || req.url !== HANDOFF_PATH) {
-    fail(res, 404, 4, `no handler for ${req.method} ${req.url}`);
+    fail(res, 404, ErrorCode.InvalidEnvironment, `no handler for ${req.method} ${req.url}`);
     return;
   }
   let request: HandoffRequest;
@@ -70,11 +71,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffSer
     const status = err instanceof RequestTooLarge ? 413 : 400;
     const msg = err instanceof ProtocolError || err instanceof SyntaxError ? err.message : String(err);
     opts.logger.warn('rejected malformed hand-off request', { error: msg });
-    fail(res, status, 6, `malformed hand-off request: ${msg}`);
+    fail(res, status, ErrorCode.DecodingFailure, `malformed hand-off request: ${msg}`);
     return;
   }
   if (!isSupportedProtocol(request.protocol)) {
-    fail(res, 400, 1, `hand-off protocol ${request.protocol} not supported (agent speaks ${MIN_PROTOCOL}..${PROTOCOL})`);
+    fail(res, 400, ErrorCode.IncompatibleVersion, `hand-off protocol ${request.protocol} not supported (agent speaks ${MIN_PROTOCOL}..${PROTOCOL})`);
     return;
   }
   try {
@@ -82,13 +83,13 @@ async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffSer
     if ('error' in outcome) send(res, 500, { protocol: PROTOCOL, error: outcome.error });
     else send(res, 200, { ...outcome, protocol: PROTOCOL });
   } catch (err) {
-    const msg = err instanceof Error ? err.message : String(err);
+    const msg = errorMessage(err);
     opts.logger.error('hand-off handler failed', {
       pod: `${request.pod.namespace}/${request.pod.name}`,
       command: request.command,
       error: msg,
     });
-    fail(res, 500, 999, msg);
+    fail(res, 500, ErrorCode.Internal, msg);
   }
 }
 
@@ -102,7 +103,7 @@ export async function startHandoffServer(opts: HandoffServerOptions): Promise<Ha
   const server: Server = createServer((req, res) => {
     serve(req, res, opts).catch((err: unknown) => {
       opts.logger.error('hand-off request failed', { error: String(err) });
-      if (!res.headersSent) fail(res, 500, 999, 'internal error');
+      if (!res.headersSent) fail(res, 500, ErrorCode.Internal, 'internal error');
     });
   });
   server.keepAliveTimeout = 1000;

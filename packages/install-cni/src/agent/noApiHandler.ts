@@ -1,4 +1,6 @@
 import { localSkipReason, type LocalPolicy } from '@istio-cni/capture';
+import { ErrorCode } from '@istio-cni/cni';
+import { PROTOCOL } from '@istio-cni/handoff';
 import type { HandoffHandler } from './handoffServer.ts';
 
 /**
@@ -8,12 +10,12 @@ import type { HandoffHandler } from './handoffServer.ts';
  */
 export function noApiHandler(policy: LocalPolicy): HandoffHandler {
   return async (request) => {
-    if (request.command !== 'ADD' && request.command !== 'CHECK') return { protocol: 1, verdict: 'ok' };
+    if (request.command !== 'ADD' && request.command !== 'CHECK') return { protocol: PROTOCOL, verdict: 'ok' };
     const skip = localSkipReason(request.pod.name, request.pod.namespace, policy);
-    if (skip) return { protocol: 1, verdict: 'skipped', reason: skip };
+    if (skip) return { protocol: PROTOCOL, verdict: 'skipped', reason: skip };
     return {
       error: {
-        code: 11,
+        code: ErrorCode.TryAgainLater,
         msg: 'istio-cni agent has no Kubernetes API access (set KUBERNETES_SERVICE_HOST/PORT or KUBECONFIG); cannot decide this pod',
       },
     };

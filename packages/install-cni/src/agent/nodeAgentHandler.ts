@@ -1,14 +1,16 @@
 import {
-  AnnotationError,
-  ambientEnabledFor,
-  localSkipReason,
-  sidecarDecision,
-  type EnablementSelector,
+  captureFailure,
+  decidePod,
+  missingRulesFailure,
+  type AmbientSelection,
+  type FoundPod,
   type LocalPolicy,
-  type Namespace,
   type Pod,
+  type PodDecisionInput,
+  type PodFailure,
 } from '@istio-cni/capture';
-import type { HandoffError, HandoffRequest, HandoffVerdict, Logger } from '@istio-cni/handoff';
+import { ErrorCode, errorMessage } from '@istio-cni/cni';
+import { PROTOCOL, type HandoffError, type HandoffRequest, type HandoffVerdict, type Logger } from '@istio-cni/handoff';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { AgentMetrics } from './agentMetrics.ts';
@@ -27,9 +29,8 @@ export interface SidecarCapture {
   verify(pod: Pod, netns: string): Promise<string[]>;
 }
 
-export interface AmbientPolicy {
-  enabled: boolean;
-  selectors: readonly EnablementSelector[];
+/** Which pods are ambient, and what enrols them. */
+export interface AmbientEnrolment extends AmbientSelection {
   /** Enrols ambient pods; absent while the ambient agent is still starting. */
   dataplane?: MeshDataplane;
 }
@@ -39,7 +40,7 @@ export interface NodeAgentDeps {
   reader: KubeReader;
   capture: SidecarCapture;
   policy: LocalPolicy;
-  ambient: AmbientPolicy;
+  ambient: AmbientEnrolment;
   limiter: ConcurrencyLimiter;
   logger: Logger;
   /** `undefined` when ready; otherwise why not (STATUS answers 50 with it). */
@@ -49,18 +50,20 @@ export interface NodeAgentDeps {
 
 type Outcome = HandoffVerdict | { error: HandoffError };
 
-const CODE = { invalidConfig: 7, tryAgain: 11, notAvailable: 50, internal: 999 } as const;
-
 function error(code: number, msg: string, details?: string): Outcome {
   return { error: details ? { code, msg, details } : { code, msg } };
 }
 
+function failure(f: PodFailure): Outcome {
+  return error(f.code, f.msg, f.details);
+}
+
 function verdict(v: HandoffVerdict['verdict'], reason?: string): Outcome {
-  return reason ? { protocol: 1, verdict: v, reason } : { protocol: 1, verdict: v };
+  return reason ? { protocol: PROTOCOL, verdict: v, reason } : { protocol: PROTOCOL, verdict: v };
 }
 
 /** What the agent remembers per attachment (for CHECK and GC): the key is `containerId/ifName`. */
-interface Attachment {
+interface TrackedAttachment {
   namespace: string;
   name: string;
   uid: string;
@@ -71,7 +74,7 @@ interface Attachment {
 export interface NodeAgentHandler {
   handle(request: HandoffRequest): Promise<Outcome>;
   /** Attachments currently tracked (exported for testing purposes only). */
-  attachments(): ReadonlyMap<string, Readonly<Attachment>>;
+  attachments(): ReadonlyMap<string, Readonly<TrackedAttachment>>;
 }
 
 /**
@@ -80,10 +83,10 @@ export interface NodeAgentHandler {
  * checks, then the capture rules in `CNI_NETNS`.
  */
 export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
-  const attachments = new Map<string, Attachment>();
+  const attachments = new Map<string, TrackedAttachment>();
   const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
 
-  function remember(request: HandoffRequest, pod: Pod, mode: Attachment['mode']): void {
+  function remember(request: HandoffRequest, pod: Pod, mode: TrackedAttachment['mode']): void {
     attachments.set(attachmentKey(request.containerId, request.ifName), {
       namespace: request.pod.namespace,
       name: request.pod.name,
@@ -93,39 +96,49 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     });
   }
 
-  async function lookupPod(request: HandoffRequest): Promise<{ pod: Pod; namespace: Namespace | undefined } | undefined> {
+  async function lookupPod(request: HandoffRequest): Promise<FoundPod> {
     const { namespace, name, uid } = request.pod;
     let pod = deps.view.getPod(namespace, name);
     // A cached copy of an earlier pod with the same name (StatefulSets) is as good as none.
     if (pod === undefined || (uid !== '' && pod.metadata.uid !== undefined && pod.metadata.uid !== uid)) {
       pod = await deps.reader.getPod(namespace, name);
     }
-    if (pod === undefined) return undefined;
+    if (pod === undefined) return { pod: undefined, namespace: undefined };
     let ns = deps.view.getNamespace(namespace);
     if (ns === undefined && deps.ambient.enabled) ns = await deps.reader.getNamespace(namespace);
     return { pod, namespace: ns };
   }
 
+  function decisionInput(request: HandoffRequest): PodDecisionInput {
+    return { podName: request.pod.name, podNamespace: request.pod.namespace, policy: deps.policy, ambient: deps.ambient };
+  }
+
   async function add(request: HandoffRequest, log: Logger): Promise<Outcome> {
-    const skip = localSkipReason(request.pod.name, request.pod.namespace, deps.policy);
-    if (skip) return verdict('skipped', skip);
-    const found = await lookupPod(request);
-    if (found === undefined) {
-      return error(CODE.tryAgain, `pod ${request.pod.namespace}/${request.pod.name} not found in the Kubernetes API`);
+    const input = decisionInput(request);
+    const local = decidePod(input);
+    if (local.action === 'skip') return verdict('skipped', local.reason);
+    const decision = decidePod({ ...input, found: await lookupPod(request) });
+    switch (decision.action) {
+      case 'skip':
+        return verdict('skipped', decision.reason);
+      case 'fail':
+        return failure(decision);
+      case 'ambient':
+        return addAmbient(request, decision.pod, log);
+      case 'sidecar':
+        return addSidecar(request, decision.pod, log);
     }
-    const { pod } = found;
-    if (deps.ambient.enabled && ambientEnabledFor(pod, found.namespace, deps.ambient.selectors)) {
-      return addAmbient(request, pod, log);
-    }
-    const decision = sidecarDecision(pod);
-    if (!decision.redirect) return verdict('skipped', decision.reason);
+  }
+
+  async function addSidecar(request: HandoffRequest, pod: Pod, log: Logger): Promise<Outcome> {
     let outcome: string;
     try {
       const podIps = request.ips.map((ip) => ip.address);
       outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns, podIps));
     } catch (err) {
-      if (err instanceof AnnotationError) return error(CODE.invalidConfig, err.message);
-      if (err instanceof LimiterFullError) return error(CODE.tryAgain, `istio-cni agent is busy: ${err.message}`);
+      const refused = captureFailure(err);
+      if (refused) return failure(refused);
+      if (err instanceof LimiterFullError) return error(ErrorCode.TryAgainLater, `istio-cni agent is busy: ${err.message}`);
       throw err;
     }
     remember(request, pod, 'sidecar');
@@ -135,15 +148,15 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
 
   async function addAmbient(request: HandoffRequest, pod: Pod, log: Logger): Promise<Outcome> {
     const dataplane = deps.ambient.dataplane;
-    if (dataplane === undefined) return error(CODE.tryAgain, 'ambient node agent is still starting');
+    if (dataplane === undefined) return error(ErrorCode.TryAgainLater, 'ambient node agent is still starting');
     // The API has no pod IP yet at ADD time: the primary plugin's result has it (as upstream `cni-watcher.go`).
     const ips = request.ips.map((ip) => unmapIpv4(ip.address.split('/')[0] ?? ''));
     try {
       await deps.limiter.run(() => dataplane.addPodToMesh(pod, ips, request.netns));
     } catch (err) {
-      // Fail closed: the pod must not start before ztunnel has it (upstream `cni-watcher.go`).
-      if (err instanceof RetryableError || err instanceof LimiterFullError) return error(CODE.tryAgain, err.message);
-      if (err instanceof NonRetryableError) return error(CODE.internal, err.message);
+      // Fail closed: the pod must not start before ztunnel has it (as upstream `cni-watcher.go`).
+      if (err instanceof RetryableError || err instanceof LimiterFullError) return error(ErrorCode.TryAgainLater, err.message);
+      if (err instanceof NonRetryableError) return error(ErrorCode.Internal, err.message);
       throw err;
     }
     remember(request, pod, 'ambient');
@@ -152,27 +165,37 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
   }
 
   async function check(request: HandoffRequest): Promise<Outcome> {
-    if (localSkipReason(request.pod.name, request.pod.namespace, deps.policy)) return verdict('ok');
+    const input = decisionInput(request);
+    if (decidePod(input).action === 'skip') return verdict('ok');
     const found = await lookupPod(request);
-    if (found === undefined) return error(CODE.internal, `pod ${request.pod.namespace}/${request.pod.name} not found`);
-    if (deps.ambient.enabled && ambientEnabledFor(found.pod, found.namespace, deps.ambient.selectors)) {
-      return redirectionState(found.pod) === 'enabled'
-        ? verdict('ok')
-        : error(CODE.tryAgain, 'ambient pod is not enrolled (yet)');
+    // Unlike ADD, a CHECK of a pod the API does not know is an internal error.
+    if (found.pod === undefined) return error(ErrorCode.Internal, `pod ${request.pod.namespace}/${request.pod.name} not found`);
+    const decision = decidePod({ ...input, found });
+    switch (decision.action) {
+      case 'skip':
+        return verdict('ok', decision.reason);
+      case 'fail':
+        return failure(decision);
+      case 'ambient':
+        return redirectionState(decision.pod) === 'enabled'
+          ? verdict('ok')
+          : error(ErrorCode.TryAgainLater, 'ambient pod is not enrolled (yet)');
+      case 'sidecar':
+        return checkSidecar(request, decision.pod);
     }
-    const decision = sidecarDecision(found.pod);
-    if (!decision.redirect) return verdict('ok', decision.reason);
+  }
+
+  async function checkSidecar(request: HandoffRequest, pod: Pod): Promise<Outcome> {
     let missing: string[];
     try {
-      missing = await deps.limiter.run(() => deps.capture.verify(found.pod, request.netns));
+      missing = await deps.limiter.run(() => deps.capture.verify(pod, request.netns));
     } catch (err) {
-      if (err instanceof AnnotationError) return error(CODE.invalidConfig, err.message);
+      const refused = captureFailure(err);
+      if (refused) return failure(refused);
       throw err;
     }
-    if (missing.length > 0) {
-      return error(CODE.internal, 'sidecar capture rules are not in place', missing.slice(0, 20).join('; '));
-    }
-    return verdict('ok');
+    const notInPlace = missingRulesFailure(missing);
+    return notInPlace ? failure(notInPlace) : verdict('ok');
   }
 
   function gc(request: HandoffRequest): Outcome {
@@ -210,14 +233,14 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
             break;
           case 'STATUS': {
             const reason = deps.notReadyReason();
-            outcome = reason === undefined ? verdict('ok') : error(CODE.notAvailable, reason);
+            outcome = reason === undefined ? verdict('ok') : error(ErrorCode.PluginNotAvailable, reason);
             break;
           }
         }
       } catch (err) {
-        const msg = err instanceof Error ? err.message : String(err);
+        const msg = errorMessage(err);
         log.error(`${request.command} failed`, { error: msg });
-        outcome = error(CODE.internal, msg);
+        outcome = error(ErrorCode.Internal, msg);
       }
       if ('error' in outcome) log.warn(`${request.command} refused`, { code: outcome.error.code, error: outcome.error.msg });
       else if (outcome.verdict === 'skipped') log.debug('pod skipped', { reason: outcome.reason });

@@ -6,6 +6,7 @@ import {
   type Pod,
 } from '@istio-cni/capture';
 import type { Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import type { ClusterView } from '../kube/clusterView.ts';
 import {
   NonRetryableError,
@@ -145,7 +146,7 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       log.warn('ambient reconcile failed; will retry', {
         pod: `${e.namespace}/${e.name}`,
         event: e.type,
-        error: err instanceof Error ? err.message : String(err),
+        error: errorMessage(err),
       }),
   });
 

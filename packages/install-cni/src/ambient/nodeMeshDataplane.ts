@@ -13,6 +13,7 @@ import {
   type ZtunnelServer,
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
 import {
   NonRetryableError,
@@ -43,10 +44,6 @@ export function workloadOf(pod: Pod): WorkloadInfo {
     namespace: pod.metadata.namespace ?? '',
     serviceAccount: pod.spec?.serviceAccountName || 'default',
   };
-}
-
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**
@@ -82,7 +79,7 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
         netns = cache.upsert(uid, workload, await netnsFor(pod, uid, ips, netnsPath));
       } catch (err) {
         cache.remove(uid);
-        throw new NonRetryableError(`failed to open the pod's network namespace: ${message(err)}`);
+        throw new NonRetryableError(`failed to open the pod's network namespace: ${errorMessage(err)}`);
       }
       try {
         const { overrides, warnings } = ambientPodOverrides(pod);
@@ -97,26 +94,26 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
       } catch (err) {
         cache.remove(uid);
         if (err instanceof AnnotationError) throw new NonRetryableError(err.message);
-        throw new NonRetryableError(`failed to program in-pod redirection: ${message(err)}`);
+        throw new NonRetryableError(`failed to program in-pod redirection: ${errorMessage(err)}`);
       }
       try {
         await netns.use(() => deps.ztunnel.podAdded(uid, workload, netns.fd));
       } catch (err) {
         // Rules are in place but ztunnel has not taken the pod: traffic is captured, not yet served.
         await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'pending').catch((e: unknown) =>
-          log.warn('failed to annotate pod as pending', { error: message(e) }),
+          log.warn('failed to annotate pod as pending', { error: errorMessage(e) }),
         );
-        throw new RetryableError(`ztunnel did not take the pod: ${message(err)}`);
+        throw new RetryableError(`ztunnel did not take the pod: ${errorMessage(err)}`);
       }
       try {
         await deps.sets.addPod(uid, ips);
       } catch (err) {
-        throw new RetryableError(`failed to add the pod to the host probe set: ${message(err)}`);
+        throw new RetryableError(`failed to add the pod to the host probe set: ${errorMessage(err)}`);
       }
       try {
         await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'enabled');
       } catch (err) {
-        throw new RetryableError(`failed to annotate the pod: ${message(err)}`);
+        throw new RetryableError(`failed to annotate the pod: ${errorMessage(err)}`);
       }
     },
 

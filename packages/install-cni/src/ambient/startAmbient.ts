@@ -24,6 +24,7 @@ import {
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { errorMessage } from '@istio-cni/cni';
 import type { ClusterView } from '../kube/clusterView.ts';
 import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
 import { createAmbientReconciler, isZtunnelPod, type AmbientPolicy, type AmbientReconciler } from './ambientReconciler.ts';
@@ -83,7 +84,7 @@ async function withRetries<T>(what: string, attempts: number, delayMs: number, l
       return await fn();
     } catch (err) {
       if (i >= attempts) throw err;
-      log.warn(`${what} failed; retrying`, { attempt: i, error: err instanceof Error ? err.message : String(err) });
+      log.warn(`${what} failed; retrying`, { attempt: i, error: errorMessage(err) });
       await sleep(delayMs);
     }
   }
@@ -205,7 +206,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     ztunnel.start();
     ready = true;
   })();
-  readyPromise.catch((err: unknown) => log.error('ambient start-up failed', { error: err instanceof Error ? err.message : String(err) }));
+  readyPromise.catch((err: unknown) => log.error('ambient start-up failed', { error: errorMessage(err) }));
 
   return {
     dataplane,

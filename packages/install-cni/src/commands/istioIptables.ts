@@ -3,7 +3,7 @@ import { createExecCommandRunner, createScratchNetnsOpener } from '@istio-cni/da
 import type { CommandRunner, OpenScratchNetns } from '@istio-cni/dataplane';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { FLAG_SPECS, flagLabel, type FlagSpec } from './istioIptables/flagSpecs.ts';
-import { resolveSettings, type Environment, type GivenFlag } from './istioIptables/resolveSettings.ts';
+import { resolveIstioIptablesSettings, type Environment, type GivenFlag } from './istioIptables/resolveIstioIptablesSettings.ts';
 import { runIstioIptables } from './istioIptables/runIstioIptables.ts';
 import { checkNetnsFile, lookupUidInPasswd, readBoundedTextFile } from './istioIptables/systemAccess.ts';
 import { UsageError } from './istioIptables/usageError.ts';
@@ -69,7 +69,7 @@ export function istioIptablesCommand(deps: IstioIptablesCommandDeps = {}): Comma
     }
     let settings;
     try {
-      settings = resolveSettings({ given, env, lookupUid: deps.lookupUid ?? ((name) => lookupUidInPasswd(name)) });
+      settings = resolveIstioIptablesSettings({ given, env, lookupUid: deps.lookupUid ?? ((name) => lookupUidInPasswd(name)) });
     } catch (err) {
       if (err instanceof UsageError) return usage(err);
       throw err;

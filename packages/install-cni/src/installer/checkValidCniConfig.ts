@@ -2,12 +2,11 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
-import type { Logger } from '@istio-cni/handoff';
+import { PLUGIN_TYPE, buildPluginConfig, type Logger } from '@istio-cni/handoff';
 import { listValidConfigFiles } from './cniConfigFiles.ts';
 import type { CniConfigSettings } from './cniConfigSettings.ts';
-import { isJsonObject, parseJson, type JsonObject } from './cniJson.ts';
+import { errorMessage, isJsonObject, parseJson, type JsonObject } from '@istio-cni/cni';
 import { getPlugins } from './insertCniConfig.ts';
-import { PLUGIN_TYPE, buildPluginConfig } from './pluginConfig.ts';
 
 export interface CheckState {
   /** Path of the config file we last wrote or found valid; empty before the first pass. */
@@ -45,7 +44,7 @@ export async function checkValidCniConfig(c: CniConfigSettings, state: CheckStat
   try {
     return await check(c, state, logger);
   } catch (err) {
-    return err instanceof Error ? err.message : String(err);
+    return errorMessage(err);
   }
 }
 

@@ -5,7 +5,7 @@ import type { Logger } from '@istio-cni/handoff';
 import { atomicWrite } from './atomicWrite.ts';
 import { listConfigFiles } from './cniConfigFiles.ts';
 import { namesIstioCni, removeIstioEntry } from './insertCniConfig.ts';
-import { PLUGIN_TYPE } from './pluginConfig.ts';
+import { PLUGIN_TYPE } from '@istio-cni/handoff';
 import type { ConfigRecord } from './writeCniConfig.ts';
 
 export interface CleanupOptions {

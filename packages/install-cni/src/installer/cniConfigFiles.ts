@@ -1,7 +1,7 @@
 import { readFile, readdir } from 'node:fs/promises';
 import { extname, join } from 'node:path';
 import type { Logger } from '@istio-cni/handoff';
-import { isJsonObject, parseJson, type JsonObject, type JsonValue } from './cniJson.ts';
+import { isJsonObject, parseJson, type JsonObject, type JsonValue } from '@istio-cni/cni';
 
 /**
  * Extensions the runtime loads. Upstream looks at `.conf` and `.conflist` only; libcni and

@@ -1,5 +1,5 @@
 import { isOwnedMode, type Settings } from '../settings/settings.ts';
-import type { PluginConfigInput } from './pluginConfig.ts';
+import type { PluginConfig } from '@istio-cni/handoff';
 
 /** What the config half of the installer needs from the settings. */
 export interface CniConfigSettings {
@@ -11,7 +11,7 @@ export interface CniConfigSettings {
   owned: boolean;
   ownedFilename: string;
   cniConfGroupRead: boolean;
-  plugin: PluginConfigInput;
+  plugin: PluginConfig;
 }
 
 export const STANDALONE_DEFAULT_NAME = 'YYY-istio-cni.conf';
@@ -33,7 +33,7 @@ export function cniConfigSettings(s: Settings): CniConfigSettings {
       podNamespace: s.podNamespace,
       nativeNftables: s.nativeNftables,
       enableAmbientDetectionRetry: s.enableAmbientDetectionRetry,
-      ...(s.forceIptablesBinary ? { forceIptablesBinary: s.forceIptablesBinary } : {}),
+      forceIptablesBinary: s.forceIptablesBinary,
     },
   };
 }

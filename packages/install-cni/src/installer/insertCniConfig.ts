@@ -1,5 +1,5 @@
-import { isJsonObject, marshalSorted, parseJson, type JsonObject, type JsonValue } from './cniJson.ts';
-import { PLUGIN_TYPE } from './pluginConfig.ts';
+import { errorMessage, goConfigFileText, isJsonObject, parseJson, type JsonObject, type JsonValue } from '@istio-cni/cni';
+import { PLUGIN_TYPE } from '@istio-cni/handoff';
 
 /** A config that cannot take (or give up) the istio-cni entry; the message names the file. */
 export class CniConfigError extends Error {
@@ -11,7 +11,7 @@ function parseObject(what: string, text: string): JsonObject {
   try {
     v = parseJson(text);
   } catch (err) {
-    throw new CniConfigError(`error loading ${what} (JSON error): ${err instanceof Error ? err.message : String(err)}`);
+    throw new CniConfigError(`error loading ${what} (JSON error): ${errorMessage(err)}`);
   }
   if (!isJsonObject(v)) throw new CniConfigError(`error loading ${what}: not a JSON object`);
   return v;
@@ -43,7 +43,7 @@ export function insertCniConfig(newConfig: string | JsonObject, existingText: st
   delete istio.cniVersion;
   if ('type' in existing) {
     delete existing.cniVersion;
-    return marshalSorted({ cniVersion: '0.3.1', name: 'k8s-pod-network', plugins: [existing, istio] });
+    return goConfigFileText({ cniVersion: '0.3.1', name: 'k8s-pod-network', plugins: [existing, istio] }, 'sorted');
   }
   let plugins: JsonObject[];
   try {
@@ -51,13 +51,13 @@ export function insertCniConfig(newConfig: string | JsonObject, existingText: st
   } catch (err) {
     throw new CniConfigError(`existing CNI config: ${(err as Error).message}`);
   }
-  return marshalSorted({ ...existing, plugins: [...withoutFirstIstio(plugins), istio] });
+  return goConfigFileText({ ...existing, plugins: [...withoutFirstIstio(plugins), istio] }, 'sorted');
 }
 
 /** The config with its first istio-cni plugin removed, re-serialised (cleanup, testdata/upstream/inputs.md §5.1). */
 export function removeIstioEntry(existingText: string): string {
   const existing = parseObject('CNI config', existingText);
-  return marshalSorted({ ...existing, plugins: withoutFirstIstio(getPlugins(existing)) });
+  return goConfigFileText({ ...existing, plugins: withoutFirstIstio(getPlugins(existing)) }, 'sorted');
 }
 
 /** True when the JSON text is a config that names istio-cni (top level or any list entry). */

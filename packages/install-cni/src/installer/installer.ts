@@ -1,5 +1,6 @@
 import { basename, dirname, join } from 'node:path';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import type { Settings } from '../settings/settings.ts';
 import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
 import { cleanupInstall, type CleanupReport } from './cleanupInstall.ts';
@@ -58,10 +59,6 @@ export class InstallError extends Error {
   }
 }
 
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 /**
  * Installs the plugin binary, its kubeconfig and the CNI config, then keeps them installed
  * (upstream `cni/pkg/install/install.go`), and removes them again on {@link cleanup} (see
@@ -113,7 +110,7 @@ export class Installer {
   #fail(result: InstallResult, what: string, err: unknown): never {
     this.#metrics?.installResult(result);
     if (err instanceof WaitAborted) throw err;
-    throw new InstallError(result, `${what}: ${message(err)}`, { cause: err });
+    throw new InstallError(result, `${what}: ${errorMessage(err)}`, { cause: err });
   }
 
   /** One install pass: binaries, kubeconfig, then the CNI config only when it is not valid. */
@@ -132,7 +129,7 @@ export class Installer {
       });
       this.#installedBins ??= copied;
     } catch (err) {
-      if (message(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
+      if (errorMessage(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
         this.#log.warn('hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation');
       }
       this.#fail('COPY_BINARIES_FAILURE', 'copy binaries', err);
@@ -283,7 +280,7 @@ export class Installer {
         await this.installAll(signal);
       } catch (err) {
         if (err instanceof WaitAborted && signal.aborted) break;
-        this.#log.error('reinstall failed; will retry', { error: message(err) });
+        this.#log.error('reinstall failed; will retry', { error: errorMessage(err) });
       }
     }
   }

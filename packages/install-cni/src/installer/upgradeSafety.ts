@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 
 /** What the API server says about the daemon's DaemonSet (`istio-cni-node` in POD_NAMESPACE). */
 export type DaemonSetState =
@@ -47,7 +48,7 @@ export async function shouldKeepOnShutdown(o: UpgradeDecisionOptions): Promise<b
       o.logger?.info('upgrade check', { keep });
       return keep;
     } catch (err) {
-      o.logger?.warn('DaemonSet lookup failed', { attempt: i + 1, error: err instanceof Error ? err.message : String(err) });
+      o.logger?.warn('DaemonSet lookup failed', { attempt: i + 1, error: errorMessage(err) });
       if (i + 1 < attempts) await sleep(o.retryDelayMs ?? 1000);
     }
   }

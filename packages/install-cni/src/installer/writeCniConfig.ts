@@ -1,10 +1,9 @@
 import { readFile, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import type { Logger } from '@istio-cni/handoff';
+import { buildPluginConfig, pluginConfigText, type Logger } from '@istio-cni/handoff';
 import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
 import { createdFileMode, type CniConfigSettings } from './cniConfigSettings.ts';
 import { insertCniConfig } from './insertCniConfig.ts';
-import { buildPluginConfig, pluginConfigText } from './pluginConfig.ts';
 import { resolveCniConfigPath } from './resolveCniConfigPath.ts';
 import { recordWrite, type WriteStats } from './writeStats.ts';
 

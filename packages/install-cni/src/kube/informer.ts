@@ -1,4 +1,5 @@
 import type { Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import type { ObjectStore } from './clusterView.ts';
 import { KubeApiError, type KubeClient, type WatchEvent } from '@istio-cni/kube';
 
@@ -131,7 +132,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           resourceVersion = undefined;
           continue;
         }
-        logger.warn(`${what} watch failed; restarting`, { error: err instanceof Error ? err.message : String(err), retryInMs: delay });
+        logger.warn(`${what} watch failed; restarting`, { error: errorMessage(err), retryInMs: delay });
         await sleep(delay);
         delay = Math.min(delay * 2, MAX_RETRY_DELAY_MS);
       } finally {

@@ -1,4 +1,5 @@
 import type { Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import type { RepairSettings } from '../settings/settings.ts';
 import { type BrokenPodFilter, isBrokenPod } from './detectBrokenPod.ts';
 import type { RepairApi } from './repairApi.ts';
@@ -67,10 +68,6 @@ const REPAIR_QUEUE = {
   maxRetryDelayMs: 60_000,
 };
 
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 /**
  * The repair controller (upstream `cni/pkg/repair/`). Each pod (by UID) is acted on at most once: a repair only takes
  * effect on the pod's next crash-loop restart, and the updates in between must not reprogram or
@@ -87,7 +84,7 @@ export function createRepairController(options: RepairControllerOptions): Repair
     try {
       await api.recordEvent(pod, 'Warning', reason, text);
     } catch (err) {
-      log.warn('failed to record event', { reason, error: message(err) });
+      log.warn('failed to record event', { reason, error: errorMessage(err) });
     }
   };
 
@@ -98,8 +95,8 @@ export function createRepairController(options: RepairControllerOptions): Repair
       netns = await (options.repairInPlace as RepairInPlace)(pod);
     } catch (err) {
       metrics.podRepaired('repair', 'fail');
-      log.error('failed to repair pod in place', { error: message(err) });
-      await event(pod, REASON_REPAIR_BROKEN_POD, `pod detected as broken, but failed to repair: ${message(err)}`, log);
+      log.error('failed to repair pod in place', { error: errorMessage(err) });
+      await event(pod, REASON_REPAIR_BROKEN_POD, `pod detected as broken, but failed to repair: ${errorMessage(err)}`, log);
       throw err;
     }
     metrics.podRepaired('repair', 'success');
@@ -113,8 +110,8 @@ export function createRepairController(options: RepairControllerOptions): Repair
       await api.deletePod(pod);
     } catch (err) {
       metrics.podRepaired('delete', 'fail');
-      log.error('failed to delete broken pod', { error: message(err) });
-      await event(pod, REASON_DELETE_BROKEN_POD, `pod detected as broken, but failed to delete: ${message(err)}`, log);
+      log.error('failed to delete broken pod', { error: errorMessage(err) });
+      await event(pod, REASON_DELETE_BROKEN_POD, `pod detected as broken, but failed to delete: ${errorMessage(err)}`, log);
       throw err;
     }
     metrics.podRepaired('delete', 'success');
@@ -132,8 +129,8 @@ export function createRepairController(options: RepairControllerOptions): Repair
       await api.labelPod(pod, options.labelKey, options.labelValue);
     } catch (err) {
       metrics.podRepaired('label', 'fail');
-      log.error('failed to label broken pod', { error: message(err) });
-      await event(pod, REASON_LABEL_BROKEN_POD, `pod detected as broken, but failed to label: ${message(err)}`, log);
+      log.error('failed to label broken pod', { error: errorMessage(err) });
+      await event(pod, REASON_LABEL_BROKEN_POD, `pod detected as broken, but failed to label: ${errorMessage(err)}`, log);
       throw err;
     }
     metrics.podRepaired('label', 'success');
@@ -174,7 +171,7 @@ export function createRepairController(options: RepairControllerOptions): Repair
     keyOf: (key) => key,
     process: reconcile,
     onDrop: (key, reason, err) =>
-      options.logger.error('giving up on pod', { pod: key, reason, ...(err === undefined ? {} : { error: message(err) }) }),
+      options.logger.error('giving up on pod', { pod: key, reason, ...(err === undefined ? {} : { error: errorMessage(err) }) }),
   });
 
   return {

@@ -1,6 +1,7 @@
 import { parseEnablementSelectors as validateEnablementSelectors, type EnablementSelector, type LabelSelector } from '@istio-cni/capture';
 import YAML from 'yaml';
 import { parseLogThreshold, type LogThreshold } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 
 /** A bad value: the message names the setting and the value. */
 export class SettingsError extends Error {
@@ -85,7 +86,7 @@ export function parseEnablementSelectors(value: string): EnablementSelector[] {
   try {
     doc = YAML.parse(value);
   } catch (err) {
-    throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${err instanceof Error ? err.message : String(err)}`);
+    throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${errorMessage(err)}`);
   }
   if (doc === null || doc === undefined) return [];
   if (!Array.isArray(doc)) throw new SettingsError('invalid AMBIENT_ENABLEMENT_SELECTOR: want a YAML list of selectors');

@@ -1,4 +1,5 @@
 import type { Logger } from '@istio-cni/handoff';
+import { errorMessage } from '@istio-cni/cni';
 import type { JsonPatchOp, NodeTaintApi } from './nodeTaintApi.ts';
 
 export const TAINT_EFFECT = 'NoSchedule';
@@ -21,10 +22,6 @@ export interface NodeTaintRemover {
   /** Settles once the taint is gone (or was never there), or the remover is stopped. */
   readonly done: Promise<TaintOutcome>;
   stop(): void;
-}
-
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**
@@ -79,7 +76,7 @@ export function createNodeTaintRemover(options: NodeTaintRemoverOptions): NodeTa
       finish('removed');
     } catch (err) {
       if (finished) return;
-      log.warn('failed to remove the node readiness taint; retrying', { error: message(err), retryInMs: delay });
+      log.warn('failed to remove the node readiness taint; retrying', { error: errorMessage(err), retryInMs: delay });
       timer = setTimeout(() => {
         // Only while still ready; otherwise the next readiness change resumes.
         if (ready) void attempt();

@@ -1,14 +1,6 @@
-import {
-  AnnotationError,
-  ambientEnabledFor,
-  parseEnablementSelectors,
-  sidecarDecision,
-  type Namespace,
-  type Pod,
-} from '@istio-cni/capture';
+import { captureFailure, decidePod, missingRulesFailure, type Namespace, type Pod, type PodFailure } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
-import type { Logger } from '@istio-cni/handoff';
-import type { PluginConfig } from '../pluginConfig.ts';
+import { localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
 import { ApiUnauthorizedError } from './apiReader.ts';
 
 /** What degraded mode needs from the outside world; the real one reads the API and runs iptables. */
@@ -54,36 +46,42 @@ async function withRetries<T>(deps: DegradedDeps, policy: RetryPolicy, what: str
 
 export type DegradedOutcome = { action: 'skipped'; reason: string } | { action: 'redirected'; outcome: string };
 
-interface Classified {
-  kind: 'skip' | 'sidecar';
-  pod?: Pod;
-  reason: string;
+function cniError(f: PodFailure): CniError {
+  return new CniError(f.code, f.msg, f.details ?? '');
 }
 
-async function classify(
+/** The sidecar pod to program or verify, `undefined` for a pod to pass through; throws the CNI error otherwise. */
+async function sidecarPodOrSkip(
   deps: DegradedDeps,
   config: PluginConfig,
   k8s: K8sArgs,
   policy: RetryPolicy,
-): Promise<Classified> {
+): Promise<{ pod: Pod } | { reason: string }> {
   const pod = await withRetries(deps, policy, `reading pod ${k8s.podNamespace}/${k8s.podName}`, () =>
     deps.getPod(k8s.podNamespace, k8s.podName),
   );
-  if (pod === undefined) {
-    throw new CniError(ErrorCode.TryAgainLater, `pod ${k8s.podNamespace}/${k8s.podName} not found in the Kubernetes API`);
+  let namespace: Namespace | undefined;
+  if (pod !== undefined && config.ambientEnabled) {
+    namespace = await withRetries(deps, policy, `reading namespace ${k8s.podNamespace}`, () => deps.getNamespace(k8s.podNamespace));
   }
-  if (config.ambientEnabled) {
-    const namespace = await withRetries(deps, policy, `reading namespace ${k8s.podNamespace}`, () =>
-      deps.getNamespace(k8s.podNamespace),
-    );
-    const selectors = parseEnablementSelectors(config.enablementSelectors);
-    if (ambientEnabledFor(pod, namespace, selectors)) {
+  const decision = decidePod({
+    podName: k8s.podName,
+    podNamespace: k8s.podNamespace,
+    policy: localPolicyOf(config),
+    ambient: { enabled: config.ambientEnabled, selectors: config.enablementSelectors },
+    found: { pod, namespace },
+  });
+  switch (decision.action) {
+    case 'skip':
+      return { reason: decision.reason };
+    case 'fail':
+      throw cniError(decision);
+    case 'ambient':
       // Fail closed: only the agent can hand an ambient pod to ztunnel.
       throw new CniError(ErrorCode.TryAgainLater, 'ambient pod cannot start while the istio-cni node agent is unreachable');
-    }
+    case 'sidecar':
+      return { pod: decision.pod };
   }
-  const decision = sidecarDecision(pod);
-  return decision.redirect ? { kind: 'sidecar', pod, reason: 'sidecar' } : { kind: 'skip', reason: decision.reason };
 }
 
 /**
@@ -100,14 +98,15 @@ export async function degradedAdd(
   log: Logger,
   policy: RetryPolicy = DEFAULT_RETRY,
 ): Promise<DegradedOutcome> {
-  const c = await classify(deps, config, k8s, policy);
-  if (c.kind === 'skip' || c.pod === undefined) return { action: 'skipped', reason: c.reason };
+  const c = await sidecarPodOrSkip(deps, config, k8s, policy);
+  if (!('pod' in c)) return { action: 'skipped', reason: c.reason };
   try {
     const outcome = await deps.applySidecar(c.pod, netns, podIps);
     log.info('sidecar capture programmed by the plugin (agent unreachable)', { outcome });
     return { action: 'redirected', outcome };
   } catch (err) {
-    if (err instanceof AnnotationError) throw new CniError(ErrorCode.InvalidNetworkConfig, err.message);
+    const refused = captureFailure(err);
+    if (refused) throw cniError(refused);
     throw err;
   }
 }
@@ -120,16 +119,16 @@ export async function degradedCheck(
   netns: string,
   policy: RetryPolicy = DEFAULT_RETRY,
 ): Promise<void> {
-  const c = await classify(deps, config, k8s, policy);
-  if (c.kind === 'skip' || c.pod === undefined) return;
+  const c = await sidecarPodOrSkip(deps, config, k8s, policy);
+  if (!('pod' in c)) return;
   let missing: string[];
   try {
     missing = await deps.verifySidecar(c.pod, netns);
   } catch (err) {
-    if (err instanceof AnnotationError) throw new CniError(ErrorCode.InvalidNetworkConfig, err.message);
+    const refused = captureFailure(err);
+    if (refused) throw cniError(refused);
     throw err;
   }
-  if (missing.length > 0) {
-    throw new CniError(ErrorCode.Internal, 'sidecar capture rules are not in place', missing.slice(0, 20).join('; '));
-  }
+  const notInPlace = missingRulesFailure(missing);
+  if (notInPlace) throw cniError(notInPlace);
 }

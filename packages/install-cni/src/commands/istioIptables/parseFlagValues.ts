@@ -1,7 +1,6 @@
 import {
   MAX_LIST_ITEMS,
   MAX_VALUE_LENGTH,
-  parseCidr,
   parseCidrList,
   parseGoBool,
   parseGroupList,
@@ -11,7 +10,8 @@ import {
   parsePort,
   parsePortList,
 } from '@istio-cni/capture';
-import type { Cidr, InterceptionMode, Wildcard } from '@istio-cni/capture';
+import type { InterceptionMode, Wildcard } from '@istio-cni/capture';
+import { parseCidr, type Cidr } from '@istio-cni/cni';
 import type { LogThreshold } from '@istio-cni/handoff';
 
 /**

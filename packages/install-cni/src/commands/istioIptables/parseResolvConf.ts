@@ -1,5 +1,4 @@
-import { parseIpAddress } from '@istio-cni/capture';
-import type { IpAddress } from '@istio-cni/capture';
+import { parseIpAddress, type IpAddress } from '@istio-cni/cni';
 
 export interface DnsServers {
   readonly v4: readonly IpAddress[];

@@ -13,7 +13,7 @@ import type { Logger } from '@istio-cni/handoff';
 import { buildCapturePlan, formatDryRun } from './buildCapturePlan.ts';
 import { parsePodManifest, PodManifestError } from './parsePodManifest.ts';
 import { parseResolvConf } from './parseResolvConf.ts';
-import type { IstioIptablesSettings } from './resolveSettings.ts';
+import type { IstioIptablesSettings } from './resolveIstioIptablesSettings.ts';
 import { UsageError } from './usageError.ts';
 
 export interface IstioIptablesRuntime {

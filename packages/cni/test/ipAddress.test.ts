@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseCidr, parseIpAddress } from '@istio-cni/capture';
+import { parseCidr, parseIpAddress } from '@istio-cni/cni';
 
 test('IPv4 and IPv6 CIDRs keep host bits and format like netip.Prefix', () => {
   assert.equal(parseCidr('127.0.0.1/8').text, '127.0.0.1/8');

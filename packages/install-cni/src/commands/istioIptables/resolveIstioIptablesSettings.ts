@@ -1,5 +1,6 @@
 import { DEFAULT_CAPTURE_CONFIG } from '@istio-cni/capture';
-import type { CaptureConfig, Cidr, Wildcard } from '@istio-cni/capture';
+import type { CaptureConfig, Wildcard } from '@istio-cni/capture';
+import type { Cidr } from '@istio-cni/cni';
 import type { LogThreshold } from '@istio-cni/handoff';
 import { FLAG_SPECS, flagLabel, type FlagSpec } from './flagSpecs.ts';
 import * as parse from './parseFlagValues.ts';
@@ -46,7 +47,7 @@ export interface IstioIptablesSettings {
   readonly ignored: readonly string[];
 }
 
-export interface ResolveSettingsOptions {
+export interface ResolveIstioIptablesSettingsOptions {
   /** Flags given on the command line, by upstream long name. */
   readonly given: ReadonlyMap<string, GivenFlag>;
   readonly env: Environment;
@@ -66,7 +67,7 @@ interface Raw {
  * else the last set of the flag's environment variables, else the default. Every value is parsed;
  * the first bad one throws a UsageError naming its flag or variable, before anything runs.
  */
-export function resolveSettings(options: ResolveSettingsOptions): IstioIptablesSettings {
+export function resolveIstioIptablesSettings(options: ResolveIstioIptablesSettingsOptions): IstioIptablesSettings {
   const { given, env } = options;
   const specs = new Map(FLAG_SPECS.map((s) => [s.long, s]));
   const spec = (long: string): FlagSpec => {
@@ -163,7 +164,7 @@ export function resolveSettings(options: ResolveSettingsOptions): IstioIptablesS
 
 type Read = <T>(long: string, parser: (value: string) => T, fallback: T) => T;
 
-function flagCapture(read: Read, bool: (long: string) => boolean, options: ResolveSettingsOptions): FlagCaptureConfig {
+function flagCapture(read: Read, bool: (long: string) => boolean, options: ResolveIstioIptablesSettingsOptions): FlagCaptureConfig {
   // Upstream: an empty UID falls back to $ENVOY_USER's uid (default user istio-proxy), else 1337;
   // an empty GID copies the UID value.
   const uidText = read('proxy-uid', String, '');

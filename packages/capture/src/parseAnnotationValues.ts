@@ -1,5 +1,5 @@
-import { parseCidr, parseIpAddress, quote } from './ipAddress.ts';
-import type { Cidr, IpAddress } from './ipAddress.ts';
+import { parseCidr, parseIpAddress, quoteForError } from '@istio-cni/cni';
+import type { Cidr, IpAddress } from '@istio-cni/cni';
 
 /**
  * Parsers for the comma-list values that end up in rule text. Each throws a plain Error naming the
@@ -28,9 +28,9 @@ function splitItems(value: string): string[] {
 /** One TCP/UDP port: decimal digits only, 0–65535, surrounding spaces allowed. */
 export function parsePort(text: string): number {
   const trimmed = text.replace(/^[ \t]+|[ \t]+$/g, '');
-  if (!/^[0-9]{1,5}$/.test(trimmed)) throw new Error(`invalid port ${quote(text)}`);
+  if (!/^[0-9]{1,5}$/.test(trimmed)) throw new Error(`invalid port ${quoteForError(text)}`);
   const port = Number(trimmed);
-  if (port > 65535) throw new Error(`port ${quote(text)} out of range 0-65535`);
+  if (port > 65535) throw new Error(`port ${quoteForError(text)} out of range 0-65535`);
   return port;
 }
 
@@ -78,14 +78,14 @@ export function parseIpList(value: string): IpAddress[] {
  */
 export function parseInterfaceName(text: string): string {
   if (text.length === 0 || text.length > 15) {
-    throw new Error(`invalid interface name ${quote(text)}: must be 1-15 characters`);
+    throw new Error(`invalid interface name ${quoteForError(text)}: must be 1-15 characters`);
   }
-  if (text === '.' || text === '..') throw new Error(`invalid interface name ${quote(text)}`);
+  if (text === '.' || text === '..') throw new Error(`invalid interface name ${quoteForError(text)}`);
   if (/[/:\s]/.test(text)) {
-    throw new Error(`invalid interface name ${quote(text)}: contains '/', ':' or whitespace`);
+    throw new Error(`invalid interface name ${quoteForError(text)}: contains '/', ':' or whitespace`);
   }
   if (!/^[A-Za-z0-9_.@][A-Za-z0-9_.@-]*$/.test(text)) {
-    throw new Error(`invalid interface name ${quote(text)}: unsupported character`);
+    throw new Error(`invalid interface name ${quoteForError(text)}: unsupported character`);
   }
   return text;
 }
@@ -101,9 +101,9 @@ export function parseInterfaceList(value: string): string[] {
 
 /** A numeric user or group id (what `--uid-owner`/`skuid` receive). */
 export function parseOwnerId(text: string): number {
-  if (!/^(0|[1-9][0-9]{0,9})$/.test(text)) throw new Error(`invalid id ${quote(text)}`);
+  if (!/^(0|[1-9][0-9]{0,9})$/.test(text)) throw new Error(`invalid id ${quoteForError(text)}`);
   const id = Number(text);
-  if (id > 0xffffffff) throw new Error(`id ${quote(text)} out of range`);
+  if (id > 0xffffffff) throw new Error(`id ${quoteForError(text)} out of range`);
   return id;
 }
 
@@ -118,7 +118,7 @@ export function parseOwnerIdList(value: string): number[] {
 /** A group given by id or by POSIX-ish name (`java`, `ftp`, `202`). */
 export function parseGroupName(text: string): string {
   if (/^[0-9]+$/.test(text)) return String(parseOwnerId(text));
-  if (!/^[A-Za-z_][A-Za-z0-9_.-]{0,31}$/.test(text)) throw new Error(`invalid group ${quote(text)}`);
+  if (!/^[A-Za-z_][A-Za-z0-9_.-]{0,31}$/.test(text)) throw new Error(`invalid group ${quoteForError(text)}`);
   return text;
 }
 

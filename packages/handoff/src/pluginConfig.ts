@@ -1,8 +1,13 @@
-import { CniError, ErrorCode, type NetConf } from '@istio-cni/cni';
-import { DEFAULT_RUN_DIR } from '@istio-cni/handoff';
-import { parseEnablementSelectors, type EnablementSelector } from '@istio-cni/capture';
+import { parseEnablementSelectors, type EnablementSelector, type LocalPolicy } from '@istio-cni/capture';
+import { CniError, ErrorCode, goConfigFileText, type JsonObject, type JsonValue, type NetConf } from '@istio-cni/cni';
+import { DEFAULT_RUN_DIR } from './paths.ts';
 
-/** The istio-cni keys of the netconf (upstream `cni/pkg/plugin/plugin.go` `Config`). */
+export const PLUGIN_TYPE = 'istio-cni';
+
+/**
+ * The istio-cni entry of the conflist (upstream `cni/pkg/plugin/plugin.go` `Config`): written by the installer, read by the plugin
+ * on every invocation.
+ */
 export interface PluginConfig {
   pluginLogLevel: string;
   cniAgentRunDir: string;
@@ -12,8 +17,37 @@ export interface PluginConfig {
   podNamespace: string;
   nativeNftables: boolean;
   enableAmbientDetectionRetry: boolean;
-  /** `force_iptables_binary` (written by our installer when the daemon has FORCE_IPTABLES_BINARY). */
+  /**
+   * FORCE_IPTABLES_BINARY of the daemon, `''` when unset. Beyond upstream: written only when set,
+   * so the plugin's degraded mode picks the same iptables binaries as the agent (the plugin gets
+   * the runtime's environment, not the daemon's).
+   */
   forceIptablesBinary: string;
+}
+
+/** The entry as the installer writes it: upstream's keys in upstream's fixed order. */
+export function buildPluginConfig(config: PluginConfig): JsonObject {
+  return {
+    cniVersion: '0.3.1',
+    name: PLUGIN_TYPE,
+    type: PLUGIN_TYPE,
+    ipam: {},
+    dns: {},
+    plugin_log_level: config.pluginLogLevel,
+    cni_agent_run_dir: config.cniAgentRunDir,
+    ambient_enabled: config.ambientEnabled,
+    enablement_selectors: config.enablementSelectors as unknown as JsonValue,
+    exclude_namespaces: config.excludeNamespaces.length > 0 ? config.excludeNamespaces : null,
+    pod_namespace: config.podNamespace,
+    native_nftables: config.nativeNftables,
+    enable_ambient_detection_retry: config.enableAmbientDetectionRetry,
+    ...(config.forceIptablesBinary ? { force_iptables_binary: config.forceIptablesBinary } : {}),
+  };
+}
+
+/** The standalone file text: fixed key order, 2-space indent, final newline. */
+export function pluginConfigText(config: PluginConfig): string {
+  return goConfigFileText(buildPluginConfig(config), 'ordered');
 }
 
 function invalid(key: string, expected: string, value: unknown): CniError {
@@ -54,6 +88,7 @@ function namespacesKey(raw: Record<string, unknown>): string[] {
   return v as string[];
 }
 
+/** The entry as the plugin reads it from its netconf; a key of the wrong type is CNI error 7. */
 export function parsePluginConfig(conf: NetConf): PluginConfig {
   const raw = conf.raw;
   return {
@@ -67,4 +102,9 @@ export function parsePluginConfig(conf: NetConf): PluginConfig {
     enableAmbientDetectionRetry: boolKey(raw, 'enable_ambient_detection_retry'),
     forceIptablesBinary: stringKey(raw, 'force_iptables_binary', ''),
   };
+}
+
+/** The pass-through policy the entry sets: the agent's namespace and the excluded namespaces. */
+export function localPolicyOf(config: PluginConfig): LocalPolicy {
+  return { agentNamespace: config.podNamespace, excludeNamespaces: config.excludeNamespaces };
 }
