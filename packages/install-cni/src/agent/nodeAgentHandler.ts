@@ -8,7 +8,9 @@ import {
   type Namespace,
   type Pod,
 } from '@istio-cni/capture';
+import { ErrorCode } from '@istio-cni/cni';
 import type { HandoffError, HandoffRequest, HandoffVerdict, Logger } from '@istio-cni/handoff';
+import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { AgentMetrics } from './agentMetrics.ts';
@@ -49,7 +51,12 @@ export interface NodeAgentDeps {
 
 type Outcome = HandoffVerdict | { error: HandoffError };
 
-const CODE = { invalidConfig: 7, tryAgain: 11, notAvailable: 50, internal: 999 } as const;
+const CODE = {
+  invalidConfig: ErrorCode.InvalidNetworkConfig,
+  tryAgain: ErrorCode.TryAgainLater,
+  notAvailable: ErrorCode.PluginNotAvailable,
+  internal: ErrorCode.Internal,
+} as const;
 
 function error(code: number, msg: string, details?: string): Outcome {
   return { error: details ? { code, msg, details } : { code, msg } };
@@ -216,8 +223,14 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
         }
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
-        log.error(`${request.command} failed`, { error: msg });
-        outcome = error(CODE.internal, msg);
+        if (isTransientKubeError(err)) {
+          // The client already retried within its deadline; the runtime retries the ADD later.
+          log.warn(`${request.command}: Kubernetes API unavailable`, { error: msg });
+          outcome = error(CODE.tryAgain, `Kubernetes API call failed, try again: ${msg}`);
+        } else {
+          log.error(`${request.command} failed`, { error: msg });
+          outcome = error(CODE.internal, msg);
+        }
       }
       if ('error' in outcome) log.warn(`${request.command} refused`, { code: outcome.error.code, error: outcome.error.msg });
       else if (outcome.verdict === 'skipped') log.debug('pod skipped', { reason: outcome.reason });
