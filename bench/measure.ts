@@ -18,18 +18,38 @@ export function percentile(values: number[], p: number): number {
   return sorted[rank] as number;
 }
 
-/** Wall time of one process run, from spawn to exit, in milliseconds. Fails on a non-zero exit. */
+/** A run that exited non-zero; for a CNI plugin `cniCode`/`cniMessage` come from the error JSON on stdout. */
+export class ProcessFailed extends Error {
+  override name = 'ProcessFailed';
+  readonly cniCode: number | undefined;
+  readonly cniMessage: string | undefined;
+  constructor(message: string, stdout: string) {
+    let cni: { code?: number; msg?: string } = {};
+    try {
+      cni = JSON.parse(stdout) as { code?: number; msg?: string };
+    } catch {
+      // Not a CNI error document.
+    }
+    super(cni.code === undefined ? message : `${message} (CNI code ${cni.code}: ${cni.msg ?? ''})`);
+    this.cniCode = cni.code;
+    this.cniMessage = cni.msg;
+  }
+}
+
+/** Wall time of one process run, from spawn to exit, in milliseconds. Fails on a non-zero exit with the CNI error it printed. */
 export function timeProcess(argv: string[], env: NodeJS.ProcessEnv, stdin = ''): Promise<number> {
   return new Promise((resolve, reject) => {
     const start = process.hrtime.bigint();
-    const child = spawn(argv[0] as string, argv.slice(1), { env, stdio: ['pipe', 'ignore', 'pipe'] });
+    const child = spawn(argv[0] as string, argv.slice(1), { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stderr = '';
+    let stdout = '';
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.on('error', reject);
     child.on('close', (code) => {
       const ms = Number(process.hrtime.bigint() - start) / 1e6;
       if (code === 0) resolve(ms);
-      else reject(new Error(`${argv.join(' ')} exited ${code}: ${stderr}`));
+      else reject(new ProcessFailed(`${argv.join(' ')} exited ${code}: ${stderr}`, stdout));
     });
     child.stdin.end(stdin);
   });

@@ -37,8 +37,8 @@ export interface FakeKubeApi {
    * compaction: clients must re-list (their resume gets `410 Gone`).
    */
   restartAndCompact(): void;
-  /** Writes a kubeconfig for this server (the daemon's KUBECONFIG). */
-  writeKubeconfig(path: string): void;
+  /** Writes a kubeconfig for this server (the daemon's KUBECONFIG), or for `server` in front of it. */
+  writeKubeconfig(path: string, server?: string): void;
   close(): Promise<void>;
 }
 
@@ -256,7 +256,7 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       for (const w of watchers) w.res.end();
       watchers.clear();
     },
-    writeKubeconfig(path) {
+    writeKubeconfig(path, server = url) {
       writeFileSync(
         path,
         [
@@ -265,7 +265,7 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
           'clusters:',
           '- name: fake',
           '  cluster:',
-          `    server: ${url}`,
+          `    server: ${server}`,
           '    insecure-skip-tls-verify: true',
           'users:',
           '- name: fake',

@@ -5,7 +5,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
-import { createKubeClient, type KubeClient } from '@istio-cni/kube';
+import { createKubeClient, type KubeClient, type KubeClientOptions } from '@istio-cni/kube';
 
 export interface SeenRequest {
   method: string;
@@ -17,7 +17,8 @@ export interface SeenRequest {
 export async function scriptedKubeApi(
   t: TestContext,
   handle: (req: SeenRequest, res: ServerResponse) => void,
-): Promise<{ seen: SeenRequest[]; client: KubeClient }> {
+  clientOptions: KubeClientOptions = {},
+): Promise<{ seen: SeenRequest[]; client: KubeClient; url: URL }> {
   const seen: SeenRequest[] = [];
   const server = createServer((req, res) => {
     let body = '';
@@ -34,8 +35,8 @@ export async function scriptedKubeApi(
     server.close();
   });
   const url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  const client = createKubeClient({ server: url, insecureSkipTlsVerify: false, token: () => 'tok', invalidateToken: () => {} });
-  return { seen, client };
+  const client = createKubeClient({ server: url, insecureSkipTlsVerify: false, token: () => 'tok', invalidateToken: () => {} }, clientOptions);
+  return { seen, client, url };
 }
 
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {

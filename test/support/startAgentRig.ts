@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { PLUGIN, makeHostRoot, startDaemon, type DaemonProcess, type HostRoot } from './daemonProcess.ts';
 import { execPlugin, type ExecResult } from './execPlugin.ts';
 import { startFakeKubeApi, type FakeKubeApi, type KubeObject } from './fakeKubeApi.ts';
+import { startFaultProxy, type FaultProxy } from './faultProxy.ts';
 
 /** The token `makeHostRoot` puts in the service-account dir: the installer copies it into the plugin's kubeconfig. */
 const SERVICE_ACCOUNT_TOKEN = 'test-token';
@@ -24,6 +25,8 @@ export interface PodAttachment {
 export interface AgentRig {
   root: HostRoot;
   api: FakeKubeApi;
+  /** Between the daemon (and the plugin's degraded mode) and the API, with `viaFaultProxy`. */
+  proxy?: FaultProxy;
   daemon: DaemonProcess;
   /** The istio-cni entry of the installed conflist, as libcni hands it to the plugin. */
   pluginConf(attachment?: PodAttachment, extra?: Record<string, unknown>): Record<string, unknown>;
@@ -73,15 +76,20 @@ export function cniEnv(command: string, pod: KubeObject, attachment: PodAttachme
   };
 }
 
-/** `daemonEnv` adds daemon settings (e.g. FORCE_IPTABLES_BINARY, NATIVE_NFTABLES). */
-export async function startAgentRig(daemonEnv: Record<string, string> = {}): Promise<AgentRig> {
+/**
+ * `daemonEnv` adds daemon settings (e.g. FORCE_IPTABLES_BINARY, NATIVE_NFTABLES); `viaFaultProxy`
+ * puts a fault-injecting proxy (`rig.proxy`) between the daemon, the plugin and the API.
+ */
+export async function startAgentRig(daemonEnv: Record<string, string> = {}, options: { viaFaultProxy?: boolean } = {}): Promise<AgentRig> {
   const root = makeHostRoot();
   let api: FakeKubeApi | undefined;
+  let proxy: FaultProxy | undefined;
   try {
     api = await startFakeKubeApi({ token: SERVICE_ACCOUNT_TOKEN });
-    const apiUrl = new URL(api.url);
+    proxy = options.viaFaultProxy ? await startFaultProxy(api.url) : undefined;
+    const apiUrl = new URL(proxy?.url ?? api.url);
     const kubeconfig = join(root.dir, 'agent-kubeconfig');
-    api.writeKubeconfig(kubeconfig);
+    api.writeKubeconfig(kubeconfig, apiUrl.href.replace(/\/$/, ''));
     const env = {
       KUBECONFIG: kubeconfig,
       KUBERNETES_SERVICE_HOST: apiUrl.hostname,
@@ -92,6 +100,7 @@ export async function startAgentRig(daemonEnv: Record<string, string> = {}): Pro
     const rig: AgentRig = {
       root,
       api,
+      ...(proxy ? { proxy } : {}),
       daemon: await startDaemon(root, env),
       pluginConf: (attachment, extra = {}) => installedPluginConf(root.netDir, attachment, extra),
       exec(command, pod, attachment, extra) {
@@ -103,12 +112,14 @@ export async function startAgentRig(daemonEnv: Record<string, string> = {}): Pro
       },
       async close() {
         await rig.daemon.stop();
+        await proxy?.close();
         await api?.close();
         root.remove();
       },
     };
     return rig;
   } catch (err) {
+    await proxy?.close();
     await api?.close();
     root.remove();
     throw err;

@@ -67,7 +67,7 @@ describe('informer', () => {
       lists++;
       if (lists < 3) json(res, 500, { kind: 'Status', message: 'etcd unavailable', code: 500 });
       else json(res, 200, { metadata: { resourceVersion: '1' }, items: [pod('a', '1')] });
-    });
+    }, { maxAttempts: 1 }); // the informer's own retries, without the client's
     const warnings: string[] = [];
     const log = createJsonLogger({ scope: 'test', threshold: 'warn', sink: (l) => warnings.push((JSON.parse(l) as { error: string }).error) });
     const store = new ObjectStore<ReturnType<typeof pod>>();
@@ -77,6 +77,50 @@ describe('informer', () => {
     assert.equal(lists, 3);
     assert.equal(warnings.length, 2);
     assert.match(warnings[0] ?? '', /HTTP 500: etcd unavailable/);
+  });
+
+  it('recovers from a stream cut mid-object and a 429 on re-list without losing or repeating an event', async (t) => {
+    let watches = 0;
+    let lists = 0;
+    const line = (type: string, o: unknown) => JSON.stringify({ type, object: o }) + '\n';
+    const waits: number[] = [];
+    const { seen, client } = await scriptedApi(
+      t,
+      (req, res) => {
+        if (req.url.searchParams.get('watch') !== 'true') {
+          lists++;
+          if (lists === 1) json(res, 200, { metadata: { resourceVersion: '10' }, items: [pod('a', '5')] });
+          else if (lists === 2) {
+            res.setHeader('Retry-After', '1');
+            json(res, 429, { kind: 'Status', code: 429, reason: 'TooManyRequests', message: 'too many requests' });
+          } else json(res, 200, { metadata: { resourceVersion: '30' }, items: [pod('a', '5'), pod('b', '11'), pod('c', '12')] });
+          return;
+        }
+        watches++;
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        if (watches === 1) {
+          const cut = line('ADDED', pod('c', '12'));
+          res.write(line('ADDED', pod('b', '11')) + cut.slice(0, cut.length / 2), () => res.socket?.destroy());
+        } else if (watches === 2) {
+          res.write(line('ADDED', pod('c', '12')));
+          res.end(line('ERROR', { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' }));
+        } else {
+          res.write(line('ADDED', pod('d', '31')));
+        }
+      },
+      { sleep: async (ms) => void waits.push(ms) },
+    );
+    const store = new ObjectStore<ReturnType<typeof pod>>();
+    const events: string[] = [];
+    store.onChange((type, o) => events.push(`${type} ${o.metadata.name}`));
+    const informer = runInformer(client, { what: 'pod', path: '/api/v1/pods', store, logger, retryDelayMs: 5 });
+    t.after(() => informer.stop());
+    await waitFor('d', () => store.get('default', 'd'));
+    assert.deepEqual(events, ['add a', 'add b', 'add c', 'add d'], 'each object once, none lost');
+    const watchRvs = seen.filter((r) => r.url.searchParams.get('watch') === 'true').map((r) => r.url.searchParams.get('resourceVersion'));
+    assert.deepEqual(watchRvs, ['10', '11', '30'], 'resumed after the last whole event, then from the new list');
+    assert.equal(lists, 3);
+    assert.ok(waits.some((w) => w >= 1000), `Retry-After honoured: ${waits.join(',')}`);
   });
 
   it('stopped while its list is in flight: opens no watch', async (t) => {

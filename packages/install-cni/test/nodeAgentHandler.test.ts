@@ -155,6 +155,25 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     assert.deepEqual(h.fetched, ['default/db-0']);
   });
 
+  it('answers 11 naming the call when the API stays unavailable for a pod the cache lacks; 999 for a final API answer', async () => {
+    const { KubeApiError, KubeConnectionError } = await import('@istio-cni/kube');
+    for (const [err, code] of [
+      [new KubeConnectionError('GET /api/v1/namespaces/default/pods/p: socket hang up', new Error('socket hang up'), true), 11],
+      [new KubeApiError('GET /api/v1/namespaces/default/pods/p: HTTP 429: slow down', 429), 11],
+      [new KubeApiError('GET /api/v1/namespaces/default/pods/p: HTTP 503: upgrading', 503), 11],
+      [new KubeApiError('GET /api/v1/namespaces/default/pods/p: HTTP 403: forbidden', 403), 999],
+    ] as const) {
+      const h = harness();
+      h.deps.reader.getPod = async () => {
+        throw err;
+      };
+      const out = await createNodeAgentHandler(h.deps).handle(request('ADD', 'default', 'p'));
+      assert.ok('error' in out, JSON.stringify(out));
+      assert.equal(out.error.code, code, err.message);
+      assert.match(out.error.msg, /GET \/api\/v1\/namespaces\/default\/pods\/p/);
+    }
+  });
+
   it('answers 11 for a pod the API does not know', async () => {
     const out = await createNodeAgentHandler(harness().deps).handle(request('ADD', 'default', 'ghost'));
     assert.deepEqual('error' in out && out.error.code, 11);

@@ -1,11 +1,16 @@
 export { loadKubeConfig, readKubeconfigFile, type KubeConfigSource, type KubeCredentials } from './loadKubeConfig.ts';
+export { Backoff, backoffDelay, retryWithBackoff, type BackoffPolicy, type RetryDecision, type RetryOptions } from './backoff.ts';
 export {
+  IDLE_SOCKET_MS,
   JSON_PATCH,
   KubeApiError,
+  KubeConnectionError,
   MERGE_PATCH,
   createKubeClient,
   getOrUndefined,
   isNotFound,
+  isTransientKubeError,
+  parseRetryAfter,
   type KubeClient,
   type KubeClientOptions,
   type KubeRequest,

@@ -1,5 +1,7 @@
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage, type RequestOptions } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
+import { retryWithBackoff, type BackoffPolicy, type RetryDecision } from './backoff.ts';
 import type { KubeCredentials } from './loadKubeConfig.ts';
 
 /**
@@ -17,7 +19,17 @@ export interface KubeRequest {
   body?: unknown;
   /** Defaults to application/json; PATCH needs a patch type. */
   contentType?: string;
+  /** One attempt's limit (capped by what is left of `deadlineMs`). */
   timeoutMs?: number;
+  /**
+   * Safe to send again after a transient failure (connection error, 429, 500/502/503/504): true for
+   * GET; callers say so for a merge patch, a JSON patch guarded by `test` ops, an event with a
+   * fixed name, a DELETE with preconditions. Either way a request that failed on a reused
+   * keep-alive connection before any answer is sent again on a new one.
+   */
+  idempotent?: boolean;
+  /** All attempts of this call end within this long. */
+  deadlineMs?: number;
 }
 
 export const MERGE_PATCH = 'application/merge-patch+json';
@@ -28,15 +40,37 @@ export class KubeApiError extends Error {
   override name = 'KubeApiError';
   readonly code: number;
   readonly reason: string | undefined;
-  constructor(message: string, code: number, reason?: string) {
+  /** `Retry-After` of a 429/503, in milliseconds. */
+  readonly retryAfterMs: number | undefined;
+  constructor(message: string, code: number, reason?: string, retryAfterMs?: number) {
     super(message);
     this.code = code;
     this.reason = reason;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** The request got no HTTP answer (refused, reset, timed out); the message names the call. */
+export class KubeConnectionError extends Error {
+  override name = 'KubeConnectionError';
+  /** The socket came from the keep-alive pool and failed before any answer. */
+  readonly staleSocket: boolean;
+  constructor(message: string, cause: unknown, staleSocket: boolean) {
+    super(message, { cause });
+    this.staleSocket = staleSocket;
   }
 }
 
 export function isNotFound(err: unknown): boolean {
   return err instanceof KubeApiError && err.code === 404;
+}
+
+const TRANSIENT_STATUS = new Set([429, 500, 502, 503, 504]);
+
+/** A failure that may pass by itself: no answer, or 429/500/502/503/504. 4xx answers are final. */
+export function isTransientKubeError(err: unknown): boolean {
+  if (err instanceof KubeConnectionError) return true;
+  return err instanceof KubeApiError && TRANSIENT_STATUS.has(err.code);
 }
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK';
@@ -60,11 +94,32 @@ export interface KubeClient {
 
 export interface KubeClientOptions {
   userAgent?: string;
-  /** Default per-request timeout. */
+  /** Default per-attempt timeout. */
   timeoutMs?: number;
+  /** Default limit of all attempts of one call. */
+  deadlineMs?: number;
+  /** Attempts in all for a transient failure (the first included). */
+  maxAttempts?: number;
+  backoff?: BackoffPolicy;
+  /** Called before each retry, e.g. to log or count it. */
+  onRetry?(err: Error, attempt: number, delayMs: number): void;
+  /** For tests: the retry timing. */
+  sleep?(ms: number): Promise<void>;
 }
 
 const DEFAULT_TIMEOUT_MS = 30_000;
+/** Well inside the plugin's hand-off timeout, so an ADD answers "try again" rather than timing out. */
+const DEFAULT_DEADLINE_MS = 12_000;
+const DEFAULT_MAX_ATTEMPTS = 6;
+const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 200, maxMs: 3_000 };
+/** A stale pooled socket is retried at once, this many times (each takes a fresh one or a new connection). */
+const MAX_STALE_SOCKET_RETRIES = 3;
+/**
+ * Idle keep-alive sockets are closed after this long: before any usual server idle limit (Go's
+ * `IdleTimeout`, Node's 5 s, cloud load balancers), so a pooled socket is rarely dead on reuse.
+ */
+export const IDLE_SOCKET_MS = 2_000;
+const STALE_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE']);
 const MAX_BODY_BYTES = 64 << 20;
 const MAX_WATCH_LINE_BYTES = 16 << 20;
 const WATCH_EVENT_TYPES = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR']);
@@ -77,8 +132,16 @@ function queryString(query: Readonly<Record<string, string | undefined>> | undef
   return s === '' ? '' : `?${s}`;
 }
 
+/** `Retry-After` as seconds or an HTTP date, in milliseconds. */
+export function parseRetryAfter(value: string | undefined, now: number = Date.now()): number | undefined {
+  if (value === undefined || value.trim() === '') return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
 /** The message of a `Status` body, or the start of whatever the server sent. */
-function statusError(method: string, path: string, status: number, body: string): KubeApiError {
+function statusError(method: string, path: string, status: number, body: string, retryAfterMs?: number): KubeApiError {
   let message = body.slice(0, 300);
   let reason: string | undefined;
   try {
@@ -90,7 +153,7 @@ function statusError(method: string, path: string, status: number, body: string)
   } catch {
     // Not JSON: keep the raw text.
   }
-  return new KubeApiError(`${method} ${path}: HTTP ${status}: ${message}`, status, reason);
+  return new KubeApiError(`${method} ${path}: HTTP ${status}: ${message}`, status, reason, retryAfterMs);
 }
 
 /** GET of one object; `undefined` when it does not exist. */
@@ -115,6 +178,15 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
       }
     : {};
   const agent = secure ? new HttpsAgent({ keepAlive: true, maxFreeSockets: 4, ...tls }) : new HttpAgent({ keepAlive: true, maxFreeSockets: 4 });
+  // Node sets a pooled socket's idle timeout from the server's `Keep-Alive: timeout=N` hint (less a
+  // second) or leaves none; ours is shorter either way, and the agent destroys a free socket on it.
+  const pool = agent as unknown as { keepSocketAlive(socket: Socket): boolean };
+  const keepSocketAlive = pool.keepSocketAlive.bind(agent);
+  pool.keepSocketAlive = (socket) => {
+    const keep = keepSocketAlive(socket);
+    if (keep) socket.setTimeout(IDLE_SOCKET_MS);
+    return keep;
+  };
   const send = secure ? httpsRequest : httpRequest;
   const base = creds.server.pathname.replace(/\/+$/, '');
   const userAgent = options.userAgent ?? 'istio-cni';
@@ -149,45 +221,81 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
     });
   }
 
+  function attempt<T>(req: KubeRequest, path: string, payload: Buffer | undefined, timeoutMs: number): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const headers: Record<string, string> = payload
+        ? { 'Content-Type': req.contentType ?? 'application/json', 'Content-Length': String(payload.length) }
+        : {};
+      let r: ClientRequest;
+      try {
+        r = open(req.method, path, headers, timeoutMs);
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      let answered = false;
+      r.on('timeout', () => r.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      r.on('error', (err: NodeJS.ErrnoException) => {
+        if (answered) return;
+        const stale = r.reusedSocket && (STALE_SOCKET_CODES.has(err.code ?? '') || err.message === 'socket hang up');
+        reject(new KubeConnectionError(`${req.method} ${req.path}: ${err.message}`, err, stale));
+      });
+      r.on('response', (res) => {
+        answered = true;
+        readBody(res).then((body) => {
+          const status = res.statusCode ?? 0;
+          if (status === 401) creds.invalidateToken();
+          if (status < 200 || status >= 300) {
+            const retryAfter = res.headers['retry-after'];
+            reject(statusError(req.method, req.path, status, body, parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter)));
+            return;
+          }
+          if (body === '') {
+            resolve(undefined as T);
+            return;
+          }
+          try {
+            resolve(JSON.parse(body) as T);
+          } catch {
+            reject(new Error(`${req.method} ${req.path}: HTTP ${status} with a non-JSON body`));
+          }
+        }, (err: Error) => reject(new KubeConnectionError(`${req.method} ${req.path}: ${err.message}`, err, false)));
+      });
+      r.end(payload);
+    });
+  }
+
   return {
     request<T>(req: KubeRequest): Promise<T> {
       const path = `${req.path}${queryString(req.query)}`;
       const payload = req.body === undefined ? undefined : Buffer.from(JSON.stringify(req.body));
       const timeoutMs = req.timeoutMs ?? options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-      return new Promise<T>((resolve, reject) => {
-        const headers: Record<string, string> = payload
-          ? { 'Content-Type': req.contentType ?? 'application/json', 'Content-Length': String(payload.length) }
-          : {};
-        let r: ClientRequest;
-        try {
-          r = open(req.method, path, headers, timeoutMs);
-        } catch (err) {
-          reject(err);
-          return;
+      const deadlineMs = req.deadlineMs ?? options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+      const idempotent = req.idempotent ?? req.method === 'GET';
+      const started = Date.now();
+      const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+      let staleRetries = 0;
+      let transientRetries = 0;
+      const classify = (err: unknown): RetryDecision => {
+        if (err instanceof KubeConnectionError && err.staleSocket && staleRetries < MAX_STALE_SOCKET_RETRIES) {
+          staleRetries++;
+          return { retry: true, immediately: true };
         }
-        r.on('timeout', () => r.destroy(new Error(`${req.method} ${req.path}: no answer within ${timeoutMs} ms`)));
-        r.on('error', reject);
-        r.on('response', (res) => {
-          readBody(res).then((body) => {
-            const status = res.statusCode ?? 0;
-            if (status === 401) creds.invalidateToken();
-            if (status < 200 || status >= 300) {
-              reject(statusError(req.method, req.path, status, body));
-              return;
-            }
-            if (body === '') {
-              resolve(undefined as T);
-              return;
-            }
-            try {
-              resolve(JSON.parse(body) as T);
-            } catch {
-              reject(new Error(`${req.method} ${req.path}: HTTP ${status} with a non-JSON body`));
-            }
-          }, reject);
-        });
-        r.end(payload);
-      });
+        if (!idempotent || !isTransientKubeError(err) || transientRetries >= maxAttempts - 1) return { retry: false };
+        transientRetries++;
+        return err instanceof KubeApiError && err.retryAfterMs !== undefined ? { retry: true, afterMs: err.retryAfterMs } : { retry: true };
+      };
+      return retryWithBackoff(
+        () => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (Date.now() - started)))),
+        {
+          policy: options.backoff ?? DEFAULT_BACKOFF,
+          maxAttempts: maxAttempts + MAX_STALE_SOCKET_RETRIES,
+          deadlineMs,
+          classify,
+          ...(options.onRetry ? { onRetry: (err: unknown, n: number, ms: number) => options.onRetry?.(err as Error, n, ms) } : {}),
+          ...(options.sleep ? { sleep: options.sleep } : {}),
+        },
+      );
     },
 
     watch(path, query, onEvent, idleTimeoutMs) {

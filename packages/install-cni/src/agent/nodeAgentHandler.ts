@@ -11,6 +11,7 @@ import {
 } from '@istio-cni/capture';
 import { ErrorCode, errorMessage } from '@istio-cni/cni';
 import { PROTOCOL, type HandoffError, type HandoffRequest, type HandoffVerdict, type Logger } from '@istio-cni/handoff';
+import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { AgentMetrics } from './agentMetrics.ts';
@@ -239,8 +240,14 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
         }
       } catch (err) {
         const msg = errorMessage(err);
-        log.error(`${request.command} failed`, { error: msg });
-        outcome = error(ErrorCode.Internal, msg);
+        if (isTransientKubeError(err)) {
+          // The client already retried within its deadline; the runtime retries the ADD later.
+          log.warn(`${request.command}: Kubernetes API unavailable`, { error: msg });
+          outcome = error(ErrorCode.TryAgainLater, `Kubernetes API call failed, try again: ${msg}`);
+        } else {
+          log.error(`${request.command} failed`, { error: msg });
+          outcome = error(ErrorCode.Internal, msg);
+        }
       }
       if ('error' in outcome) log.warn(`${request.command} refused`, { code: outcome.error.code, error: outcome.error.msg });
       else if (outcome.verdict === 'skipped') log.debug('pod skipped', { reason: outcome.reason });

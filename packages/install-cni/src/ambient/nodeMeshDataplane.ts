@@ -67,6 +67,27 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
     return hit.netns;
   }
 
+  /**
+   * Undoes a hand-over that cannot be completed (ztunnel has the pod, the probe set or annotation
+   * could not follow), so the runtime's retry of the ADD starts clean. In-pod rules stay: applying
+   * them again is a no-op.
+   */
+  async function rollBack(uid: string, ips: readonly string[], log: Logger): Promise<void> {
+    cache.remove(uid);
+    const steps: [string, () => Promise<unknown>][] = [
+      ['remove the pod from ztunnel', () => deps.ztunnel.podDeleted(uid)],
+      ['remove the pod from the host probe set', () => deps.sets.removePod(uid, ips)],
+    ];
+    for (const [what, step] of steps) {
+      try {
+        await step();
+      } catch (err) {
+        log.warn(`enrolment rollback: failed to ${what}`, { error: errorMessage(err) });
+      }
+    }
+    log.info('enrolment rolled back; the ADD is to be retried');
+  }
+
   return {
     async addPodToMesh(pod, ips, netnsPath) {
       const uid = pod.metadata.uid ?? '';
@@ -108,11 +129,14 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
       try {
         await deps.sets.addPod(uid, ips);
       } catch (err) {
+        await rollBack(uid, ips, log);
         throw new RetryableError(`failed to add the pod to the host probe set: ${errorMessage(err)}`);
       }
       try {
+        // The client has already retried this idempotent patch within its deadline.
         await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'enabled');
       } catch (err) {
+        await rollBack(uid, ips, log);
         throw new RetryableError(`failed to annotate the pod: ${errorMessage(err)}`);
       }
     },

@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
+import { retryWithBackoff } from '@istio-cni/kube';
 import { ambientConfigFromOptions, ambientPodOverrides, type AmbientConfig, type Pod } from '@istio-cni/capture';
 import {
   applyAmbientPodRules,
@@ -78,16 +78,13 @@ function ambientPod(pod: Pod): AmbientPod {
   return { uid: pod.metadata.uid ?? '', name: w.name, namespace: w.namespace, serviceAccount: w.serviceAccount, ips: podIps(pod) };
 }
 
-async function withRetries<T>(what: string, attempts: number, delayMs: number, log: Logger, fn: () => Promise<T>): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (i >= attempts) throw err;
-      log.warn(`${what} failed; retrying`, { attempt: i, error: errorMessage(err) });
-      await sleep(delayMs);
-    }
-  }
+function withRetries<T>(what: string, attempts: number, delayMs: number, log: Logger, fn: () => Promise<T>): Promise<T> {
+  return retryWithBackoff(fn, {
+    policy: { initialMs: delayMs, maxMs: delayMs },
+    maxAttempts: attempts,
+    classify: () => ({ retry: true }),
+    onRetry: (err, attempt) => log.warn(`${what} failed; retrying`, { attempt, error: errorMessage(err) }),
+  });
 }
 
 /**

@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
+import { retryWithBackoff } from '@istio-cni/kube';
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 
@@ -41,16 +41,19 @@ export async function shouldKeepOnShutdown(o: UpgradeDecisionOptions): Promise<b
     o.logger?.warn('no Kubernetes API access for the upgrade check; using the default', { keep: fallback });
     return fallback;
   }
-  const attempts = o.ownedConfig ? 3 : 1;
-  for (let i = 0; i < attempts; i++) {
-    try {
-      const keep = decideFromState(await o.lookup.lookup());
-      o.logger?.info('upgrade check', { keep });
-      return keep;
-    } catch (err) {
-      o.logger?.warn('DaemonSet lookup failed', { attempt: i + 1, error: errorMessage(err) });
-      if (i + 1 < attempts) await sleep(o.retryDelayMs ?? 1000);
-    }
+  const lookup = o.lookup;
+  const delay = o.retryDelayMs ?? 1000;
+  try {
+    const keep = await retryWithBackoff(async () => decideFromState(await lookup.lookup()), {
+      policy: { initialMs: delay, maxMs: delay },
+      maxAttempts: o.ownedConfig ? 3 : 1,
+      classify: () => ({ retry: true }),
+      onRetry: (err, attempt) => o.logger?.warn('DaemonSet lookup failed', { attempt, error: errorMessage(err) }),
+    });
+    o.logger?.info('upgrade check', { keep });
+    return keep;
+  } catch (err) {
+    o.logger?.warn('DaemonSet lookup failed', { error: errorMessage(err) });
+    return fallback;
   }
-  return fallback;
 }

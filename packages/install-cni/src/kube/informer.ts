@@ -1,7 +1,7 @@
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { ObjectStore } from './clusterView.ts';
-import { KubeApiError, type KubeClient, type WatchEvent } from '@istio-cni/kube';
+import { Backoff, KubeApiError, type KubeClient, type WatchEvent } from '@istio-cni/kube';
 
 type Meta = { metadata: { name?: string; namespace?: string; resourceVersion?: string } };
 
@@ -14,7 +14,7 @@ export interface InformerOptions<T extends Meta> {
   fieldSelector?: string;
   store: ObjectStore<T>;
   logger: Logger;
-  /** First delay before retrying after a failure; doubles up to 30 s. */
+  /** First delay before retrying after a failure; doubles (jittered) up to 30 s. */
   retryDelayMs?: number;
 }
 
@@ -95,14 +95,14 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
   }
 
   async function loop(): Promise<void> {
-    let delay = initialDelay;
+    const backoff = new Backoff({ initialMs: initialDelay, maxMs: MAX_RETRY_DELAY_MS });
     let resourceVersion: string | undefined;
     while (!stopped) {
       try {
         if (resourceVersion === undefined) {
           resourceVersion = await list();
           markSynced();
-          delay = initialDelay;
+          backoff.reset();
         }
         if (stopped) break;
         // The server ends the watch after timeoutSeconds (5–10 min, spread like client-go's).
@@ -120,10 +120,9 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
         await stream.done;
         if (Date.now() - started < 1000) {
           // A server that ends every watch at once must not turn this loop into a busy one.
-          await sleep(delay);
-          delay = Math.min(delay * 2, MAX_RETRY_DELAY_MS);
+          await sleep(backoff.next());
         } else {
-          delay = initialDelay;
+          backoff.reset();
         }
       } catch (err) {
         if (stopped) break;
@@ -132,9 +131,10 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           resourceVersion = undefined;
           continue;
         }
+        // A 429's Retry-After is a floor (the client has already retried the list within its deadline).
+        const delay = Math.max(backoff.next(), err instanceof KubeApiError ? (err.retryAfterMs ?? 0) : 0);
         logger.warn(`${what} watch failed; restarting`, { error: errorMessage(err), retryInMs: delay });
         await sleep(delay);
-        delay = Math.min(delay * 2, MAX_RETRY_DELAY_MS);
       } finally {
         current = undefined;
       }

@@ -17,6 +17,8 @@ export function createPodAnnotator(client: KubeClient): PodAnnotator {
           method: 'PATCH',
           path: podStatusPath(namespace, name),
           contentType: MERGE_PATCH,
+          // Setting one key to one value: sending it twice changes nothing.
+          idempotent: true,
           body: { metadata: { annotations: { [key]: value } } },
         });
       } catch (err) {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { MERGE_PATCH, eventsPath, podPath, podStatusPath, type KubeClient } from '@istio-cni/kube';
+import { KubeApiError, MERGE_PATCH, eventsPath, podPath, podStatusPath, type KubeClient } from '@istio-cni/kube';
 import type { EventType, RepairApi } from './repairApi.ts';
 import type { RepairPod } from './repairPod.ts';
 
@@ -23,21 +23,25 @@ export function createKubeRepairApi(client: KubeClient, options: { nodeName: str
       await client.request({
         method: 'DELETE',
         path: podPath(namespace, name),
+        // The uid/resourceVersion preconditions keep a resend from deleting a successor pod.
+        idempotent: true,
         body: { kind: 'DeleteOptions', apiVersion: 'v1', preconditions },
       });
     },
     async labelPod(pod, key, value) {
       const { name, namespace } = nameOf(pod);
-      await client.request({ method: 'PATCH', path: podStatusPath(namespace, name), contentType: MERGE_PATCH, body: { metadata: { labels: { [key]: value } } } });
+      await client.request({ method: 'PATCH', path: podStatusPath(namespace, name), contentType: MERGE_PATCH, idempotent: true, body: { metadata: { labels: { [key]: value } } } });
     },
     async recordEvent(pod, type: EventType, reason, message) {
       const { name, namespace } = nameOf(pod);
       const now = new Date();
       // client-go's recorder names events `<object>.<unique hex>` the same way.
       const eventName = `${name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}`;
-      await client.request({
+      const created = client.request({
         method: 'POST',
         path: eventsPath(namespace),
+        // The name is fixed before the first attempt, so a resend can only find its own event.
+        idempotent: true,
         body: {
           apiVersion: 'v1',
           kind: 'Event',
@@ -61,6 +65,12 @@ export function createKubeRepairApi(client: KubeClient, options: { nodeName: str
           reportingInstance: options.nodeName,
         },
       });
+      try {
+        await created;
+      } catch (err) {
+        // An earlier attempt was created but its answer lost.
+        if (!(err instanceof KubeApiError && err.code === 409)) throw err;
+      }
     },
   };
 }

@@ -22,7 +22,8 @@ export function createKubeNodeTaintApi(client: KubeClient): NodeTaintApi {
       return (node.spec?.taints ?? []).map((t) => ({ key: t.key, effect: t.effect, ...(t.value === undefined ? {} : { value: t.value }) }));
     },
     async patchNode(name, ops) {
-      await client.request({ method: 'PATCH', path: nodePath(name), contentType: JSON_PATCH, body: ops });
+      // The `test` ops make a resend safe: once applied, it fails them instead of removing another taint.
+      await client.request({ method: 'PATCH', path: nodePath(name), contentType: JSON_PATCH, idempotent: true, body: ops });
     },
   };
 }

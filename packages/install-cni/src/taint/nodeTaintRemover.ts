@@ -1,5 +1,6 @@
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
+import { Backoff } from '@istio-cni/kube';
 import type { JsonPatchOp, NodeTaintApi } from './nodeTaintApi.ts';
 
 export const TAINT_EFFECT = 'NoSchedule';
@@ -11,7 +12,7 @@ export interface NodeTaintRemoverOptions {
   nodeName: string;
   taintKey: string;
   logger: Logger;
-  /** First delay before retrying a failed GET or PATCH; doubles up to `maxRetryDelayMs`. */
+  /** First delay before retrying a failed GET or PATCH; doubles (jittered) up to `maxRetryDelayMs`. */
   retryDelayMs?: number;
   maxRetryDelayMs?: number;
 }
@@ -35,14 +36,12 @@ export interface NodeTaintRemover {
 export function createNodeTaintRemover(options: NodeTaintRemoverOptions): NodeTaintRemover {
   const { api, nodeName, taintKey } = options;
   const log = options.logger.with({ node: nodeName, taint: `${taintKey}:${TAINT_EFFECT}` });
-  const baseDelay = options.retryDelayMs ?? 1000;
-  const maxDelay = options.maxRetryDelayMs ?? 30_000;
+  const backoff = new Backoff({ initialMs: options.retryDelayMs ?? 1000, maxMs: options.maxRetryDelayMs ?? 30_000 });
   let ready = false;
   let started = false;
   let finished = false;
   let attemptRunning = false;
   let retryDue = false;
-  let delay = baseDelay;
   let timer: NodeJS.Timeout | undefined;
   let settle: (o: TaintOutcome) => void = () => {};
   const done = new Promise<TaintOutcome>((resolve) => (settle = resolve));
@@ -76,6 +75,7 @@ export function createNodeTaintRemover(options: NodeTaintRemoverOptions): NodeTa
       finish('removed');
     } catch (err) {
       if (finished) return;
+      const delay = backoff.next();
       log.warn('failed to remove the node readiness taint; retrying', { error: errorMessage(err), retryInMs: delay });
       timer = setTimeout(() => {
         // Only while still ready; otherwise the next readiness change resumes.
@@ -83,7 +83,6 @@ export function createNodeTaintRemover(options: NodeTaintRemoverOptions): NodeTa
         else retryDue = true;
       }, delay);
       timer.unref();
-      delay = Math.min(delay * 2, maxDelay);
     } finally {
       attemptRunning = false;
     }

@@ -18,7 +18,8 @@ export class ApiRequestError extends Error {
 export function pluginApiClient(path: string, timeoutMs: number): KubeClient {
   const creds = readKubeconfigFile(path);
   if (creds.token() === undefined) throw new Error(`${path}: user token missing`);
-  return createKubeClient(creds, { timeoutMs });
+  // Each read's own retries stay within one attempt's time; degraded mode's loop spans the rest.
+  return createKubeClient(creds, { timeoutMs, deadlineMs: timeoutMs });
 }
 
 /** One GET with the plugin's token: `undefined` for 404; 401 and other failures as typed errors. */

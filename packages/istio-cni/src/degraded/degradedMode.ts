@@ -1,7 +1,8 @@
 import { captureFailure, decidePod, missingRulesFailure, type Namespace, type Pod, type PodFailure } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
-import { ApiUnauthorizedError } from './apiReader.ts';
+import { retryWithBackoff } from '@istio-cni/kube';
+import { ApiRequestError, ApiUnauthorizedError } from './apiReader.ts';
 
 /** What degraded mode needs from the outside world; the real one reads the API and runs iptables. */
 export interface DegradedDeps {
@@ -21,26 +22,37 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { deadlineMs: 20_000, intervalMs: 1_000 };
 
-/** Reads with bounded retries; `Unauthorized` is not retried (a new token needs the agent). */
+/** An answer retrying cannot change: a 4xx other than 429 (404 is "no such object", not an error). */
+function isFinalAnswer(err: unknown): boolean {
+  return err instanceof ApiRequestError && err.status !== undefined && err.status >= 400 && err.status < 500 && err.status !== 429;
+}
+
+/**
+ * Reads with bounded retries at a steady interval (each read has the client's own short retries
+ * inside); `Unauthorized` is not retried (a new token needs the agent), nor another final answer.
+ */
 async function withRetries<T>(deps: DegradedDeps, policy: RetryPolicy, what: string, read: () => Promise<T>): Promise<T> {
-  const deadline = deps.now() + policy.deadlineMs;
-  let attempt = 0;
-  for (;;) {
-    attempt++;
-    try {
-      return await read();
-    } catch (err) {
-      if (err instanceof ApiUnauthorizedError) {
-        throw new CniError(ErrorCode.TryAgainLater, `istio-cni agent unreachable and ${what} failed: ${err.message}`);
-      }
-      if (deps.now() + policy.intervalMs >= deadline) {
-        throw new CniError(
-          ErrorCode.TryAgainLater,
-          `istio-cni agent unreachable and ${what} failed after ${attempt} attempt(s): ${(err as Error).message}`,
-        );
-      }
-      await deps.sleep(policy.intervalMs);
+  let attempts = 0;
+  try {
+    return await retryWithBackoff(
+      () => {
+        attempts++;
+        return read();
+      },
+      {
+        policy: { initialMs: policy.intervalMs, maxMs: policy.intervalMs, jitter: 0 },
+        maxAttempts: Number.MAX_SAFE_INTEGER,
+        deadlineMs: policy.deadlineMs,
+        classify: (err) => ({ retry: !(err instanceof ApiUnauthorizedError) && !isFinalAnswer(err) }),
+        sleep: (ms) => deps.sleep(ms),
+        now: () => deps.now(),
+      },
+    );
+  } catch (err) {
+    if (err instanceof ApiUnauthorizedError) {
+      throw new CniError(ErrorCode.TryAgainLater, `istio-cni agent unreachable and ${what} failed: ${err.message}`);
     }
+    throw new CniError(ErrorCode.TryAgainLater, `istio-cni agent unreachable and ${what} failed after ${attempts} attempt(s): ${(err as Error).message}`);
   }
 }
 

@@ -1,0 +1,126 @@
+/**
+ * (root, real kernel) The daemon and the plugin behind a fault-injecting proxy in front of the
+ * API: idle connections closed by the server at the moment of reuse, a 100-pod sidecar burst
+ * while the proxy resets 10 % of requests (half after the server acted), answers 5 % with 429
+ * `Retry-After: 1` and 5 % with 503, and an API server restart mid-burst. Every ADD ends 0 or 11
+ * (never 999); after kubelet-style retries of the 11s every pod is captured, once.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it, type TestContext } from 'node:test';
+import { addPodNetns, type PodNetns } from '../support/addPodNetns.ts';
+import type { ExecResult } from '../support/execPlugin.ts';
+import { duplicates, iptablesRuleLines } from '../support/ambientNodeState.ts';
+import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
+import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
+import { notRootSkip } from '../support/podNetworkFixture.ts';
+import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
+
+const PODS = 100;
+const TRY_AGAIN = 11;
+const KUBELET_RETRIES = 10;
+
+const variants: { name: string; env: Record<string, string> }[] = [
+  { name: 'iptables backend as detected', env: {} },
+  { name: 'iptables-legacy', env: { FORCE_IPTABLES_BINARY: 'legacy' } },
+  { name: 'native nftables', env: { NATIVE_NFTABLES: 'true' } },
+];
+
+/** The CNI error code on stdout of a failed ADD (0 for success). */
+function cniCode(res: ExecResult): number {
+  if (res.code === 0) return 0;
+  try {
+    return (JSON.parse(res.stdout) as { code?: number }).code ?? -1;
+  } catch {
+    return -1;
+  }
+}
+
+for (const variant of variants) describe(`API faults under a sidecar burst [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
+  let rig: AgentRig;
+  const namespaces: PodNetns[] = [];
+  let round = 0;
+
+  before(async () => {
+    rig = await startAgentRig(variant.env, { viaFaultProxy: true });
+    rig.api.upsertNamespace(namespaceObject('faults'));
+    for (let i = 0; i < PODS; i++) namespaces.push(addPodNetns('faults', i));
+  });
+  after(async () => {
+    for (const ns of namespaces) ns.remove();
+    await rig?.close();
+  });
+
+  /**
+   * ADDs every pod at once, each created in the API as its ADD starts (so part of them are not yet
+   * in the daemon's cache and are read directly), then retries the 11s like kubelet does.
+   */
+  async function burst(t: TestContext, during?: () => Promise<void>): Promise<{ first: number[]; retried: number }> {
+    round++;
+    const pods = namespaces.map((_, i) => sidecarPod('faults', `r${round}-${i}`));
+    const add = (i: number) => {
+      const ns = namespaces[i] as PodNetns;
+      return rig.exec('ADD', pods[i]!, { netns: ns.path, containerId: `r${round}c${i}`, address: ns.address, gateway: ns.gateway });
+    };
+    const [results] = await Promise.all([
+      Promise.all(
+        pods.map((pod, i) => {
+          rig.api.upsertPod(pod);
+          return add(i);
+        }),
+      ),
+      during?.(),
+    ]);
+    const first = results.map(cniCode);
+    const bad = results.flatMap((r, i) => (cniCode(r) === 0 || cniCode(r) === TRY_AGAIN ? [] : [`${pods[i]!.metadata.name}: ${r.code} ${r.stdout} ${r.stderr.slice(-400)}`]));
+    assert.deepEqual(bad, [], 'every ADD ends 0 or 11');
+    let retried = 0;
+    for (let i = 0; i < PODS; i++) {
+      let code = first[i];
+      for (let n = 0; code === TRY_AGAIN && n < KUBELET_RETRIES; n++) {
+        retried++;
+        await new Promise((r) => setTimeout(r, 200));
+        const res = await add(i);
+        code = cniCode(res);
+        assert.ok(code === 0 || code === TRY_AGAIN, `retry of ${i}: ${res.stdout}`);
+      }
+      assert.equal(code, 0, `pod ${i} captured after kubelet-style retries`);
+    }
+    for (const ns of namespaces) {
+      const rules = await netnsRuleset(ns.path);
+      assert.match(rules, CAPTURE_CHAIN, `${ns.name} holds the capture rules`);
+      assert.deepEqual(duplicates(await iptablesRuleLines(ns.path)), [], `no duplicate rules in ${ns.name}`);
+    }
+    t.diagnostic(`first answers: ${first.filter((c) => c === 0).length} ok, ${first.filter((c) => c === TRY_AGAIN).length} try-again; ${retried} retries; proxy ${JSON.stringify(rig.proxy?.counts)}`);
+    return { first, retried };
+  }
+
+  it('idle connections closed by the server at the moment of reuse: every ADD succeeds at once', async (t) => {
+    rig.proxy!.closeIdleOnReuse(true);
+    try {
+      const { first } = await burst(t);
+      assert.deepEqual(first.filter((c) => c !== 0), [], 'no ADD needed a retry');
+    } finally {
+      rig.proxy!.closeIdleOnReuse(false);
+    }
+  });
+
+  it('10 % resets, 5 % 429 with Retry-After, 5 % 503: every ADD ends 0 or 11, then all captured once', async (t) => {
+    const before = { ...rig.proxy!.counts };
+    rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
+    try {
+      await burst(t);
+    } finally {
+      rig.proxy!.setRates({});
+    }
+    const c = rig.proxy!.counts;
+    assert.ok(c.reset + c.resetAfterForward + c.tooMany + c.unavailable > before.reset + before.resetAfterForward + before.tooMany + before.unavailable, 'faults were injected');
+  });
+
+  it('the API server restarts mid-burst: every ADD ends 0 or 11, then all captured once', async (t) => {
+    await burst(t, async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      await rig.proxy!.restart(1500);
+    });
+    assert.ok(rig.proxy!.counts.restarts >= 1);
+  });
+});
