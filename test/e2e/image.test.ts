@@ -3,7 +3,8 @@
 // works against the container's own network namespace.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { startImageRuntime, type ImageRuntime } from './support/imageRuntime.ts';
@@ -22,6 +23,22 @@ function archiveRef(): string {
   return ref;
 }
 
+/** Extracts the archive's one layer into a scratch directory. */
+function unpackLayer(): { dir: string; rootfs: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'istio-cni-image-layer-'));
+  const index = JSON.parse(execFileSync('tar', ['-xOf', ARCHIVE, 'index.json'], { encoding: 'utf8' })) as { manifests: { digest: string }[] };
+  const blob = (digest: string | undefined) => `blobs/sha256/${(digest ?? '').replace('sha256:', '')}`;
+  const manifest = JSON.parse(execFileSync('tar', ['-xOf', ARCHIVE, blob(index.manifests[0]?.digest)], { encoding: 'utf8' })) as {
+    layers: { digest: string }[];
+  };
+  assert.equal(manifest.layers.length, 1);
+  execFileSync('tar', ['-xf', ARCHIVE, '-C', dir, blob(manifest.layers[0]?.digest)]);
+  const rootfs = join(dir, 'rootfs');
+  mkdirSync(rootfs);
+  execFileSync('tar', ['-xzf', join(dir, blob(manifest.layers[0]?.digest)), '-C', rootfs]);
+  return { dir, rootfs };
+}
+
 describe('node image', () => {
   let runtime: ImageRuntime | undefined;
   let image = '';
@@ -38,7 +55,7 @@ describe('node image', () => {
     await runtime?.stop();
   });
 
-  const run = (argv: readonly string[], options?: { env?: Record<string, string>; input?: string }) => {
+  const run = (argv: readonly string[], options?: { env?: Record<string, string>; files?: Record<string, string> }) => {
     assert.ok(runtime);
     return runtime.run(image, argv, options);
   };
@@ -53,22 +70,34 @@ describe('node image', () => {
     assert.match(check, /ok$/);
   });
 
-  test('the plugin answers CNI VERSION from the path the daemon copies it from', async () => {
-    const out = await run(['/opt/cni/bin/istio-cni'], {
-      env: { CNI_COMMAND: 'VERSION', ISTIO_CNI_CHECK_CODE_CACHE: '1' },
-      input: '{"cniVersion":"1.1.0"}',
-    });
-    assert.equal(out.stderr, '');
-    const info = JSON.parse(out.stdout) as { supportedVersions?: string[] };
-    assert.ok(info.supportedVersions?.includes('1.1.0'), out.stdout);
+  test('the plugin runs from the path the daemon copies it from', async () => {
+    assert.match((await run(['/opt/cni/bin/istio-cni', '--version'])).stdout, new RegExp(`istio-cni ${version.replace(/\./g, '\\.')}`));
+  });
+
+  test('the plugin answers CNI VERSION, its code cache accepted, in the image root filesystem', () => {
+    // ctr can lose the end of a container's stdin, and CNI input is stdin: this check chroots into
+    // the archive's layer instead.
+    const { dir, rootfs } = unpackLayer();
+    try {
+      const out = execFileSync('chroot', [rootfs, '/opt/cni/bin/istio-cni'], {
+        env: { PATH: '/usr/sbin:/usr/bin', CNI_COMMAND: 'VERSION', ISTIO_CNI_CHECK_CODE_CACHE: '1' },
+        input: '{"cniVersion":"1.1.0"}',
+        encoding: 'utf8',
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      const info = JSON.parse(out) as { supportedVersions?: string[] };
+      assert.ok(info.supportedVersions?.includes('1.1.0'), out);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   for (const flavor of ['', '-nft', '-legacy']) {
     for (const family of ['iptables', 'ip6tables']) {
-      test(`${family}${flavor} adds a rule and ${family}${flavor}-save lists it`, async () => {
-        // No shell in the image: restore reads its document from stdin, save prints the result.
+      test(`${family}${flavor}-restore commits rules; -save and --version run`, async () => {
+        // No shell in the image: restore reads its document from a file.
         const rules = '*mangle\n:ISTIO_PROBE - [0:0]\n-A ISTIO_PROBE -p tcp -m mark --mark 0x539 -j RETURN\nCOMMIT\n';
-        await run([`${family}${flavor}-restore`, '--noflush'], { input: rules });
+        await run([`${family}${flavor}-restore`, '--noflush', '/input/rules'], { files: { rules } });
         const saved = (await run([`${family}${flavor}-save`, '-t', 'mangle'])).stdout;
         // Each run is a fresh container and network namespace: the rule does not survive.
         assert.doesNotMatch(saved, /ISTIO_PROBE/);
@@ -85,10 +114,11 @@ describe('node image', () => {
     assert.match(tproxy.stdout, /TPROXY target options/);
   });
 
-  test('nft applies and lists a table', async () => {
+  test('nft applies a table', async () => {
     const out = await run(['nft', '--version']);
     assert.match(out.stdout, /nftables v\d/);
-    await run(['nft', '-c', '-f', '-'], { input: 'table inet istio_probe { chain c { type filter hook output priority 0; tcp dport 15001 counter } }\n' });
+    const script = 'table inet istio_probe {\n  chain c {\n    type filter hook output priority 0;\n    tcp dport 15001 counter\n  }\n}\n';
+    await run(['nft', '-f', '/input/script'], { files: { script } });
   });
 
   test('ipset creates a set', async () => {

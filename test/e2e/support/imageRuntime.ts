@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
@@ -11,8 +11,12 @@ export interface ImageRuntime {
   readonly process: ManagedProcess;
   /** `ctr images import`; returns the image names it printed. */
   importArchive(archive: string): Promise<string>;
-  /** `ctr run --rm`: a fresh container (own network namespace) running argv, with the chart's capabilities. */
-  run(image: string, argv: readonly string[], options?: { env?: Record<string, string>; input?: string; allowFailure?: boolean }): Promise<RunResult>;
+  /**
+   * `ctr run --rm`: a fresh container (own network namespace) running argv, with the chart's
+   * capabilities. `files` appear read-only under /input: ctr's stdin forwarding can lose the end of
+   * input and leave a reader blocked, so tools read files instead.
+   */
+  run(image: string, argv: readonly string[], options?: { env?: Record<string, string>; files?: Record<string, string>; allowFailure?: boolean }): Promise<RunResult>;
   stop(): Promise<void>;
 }
 
@@ -39,7 +43,7 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
     ].join('\n'),
   );
   const proc = startManagedProcess('containerd', ['containerd', '--config', config], join(dir, 'containerd.log'));
-  const ctr = (args: readonly string[], options: { input?: string; allowFailure?: boolean } = {}) =>
+  const ctr = (args: readonly string[], options: { allowFailure?: boolean } = {}) =>
     runCommand(['ctr', '--address', socket, '--namespace', namespace, ...args], { timeoutMs: 120_000, ...options });
   let containers = 0;
   const runtime: ImageRuntime = {
@@ -48,9 +52,23 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
       return (await ctr(['images', 'import', archive])).stdout;
     },
     async run(image, argv, options = {}) {
+      const id = `c${process.pid}-${++containers}`;
       const env = Object.entries(options.env ?? {}).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
       const caps = AGENT_CAPABILITIES.flatMap((c) => ['--cap-add', c]);
-      return ctr(['run', '--rm', ...caps, ...env, image, `c${process.pid}-${++containers}`, ...argv], options);
+      const mounts: string[] = [];
+      if (options.files !== undefined) {
+        const input = join(dir, 'input', id);
+        mkdirSync(input, { recursive: true });
+        for (const [name, text] of Object.entries(options.files)) writeFileSync(join(input, name), text);
+        mounts.push('--mount', `type=bind,src=${input},dst=/input,options=rbind:ro`);
+      }
+      // ctr forwards its own timeout's SIGTERM to the container's PID 1, which ignores it: kill the task.
+      const killer = setTimeout(() => void ctr(['task', 'kill', '--signal', 'SIGKILL', id], { allowFailure: true }).catch(() => {}), 60_000);
+      try {
+        return await ctr(['run', '--rm', ...caps, ...env, ...mounts, image, id, ...argv], { allowFailure: options.allowFailure ?? false });
+      } finally {
+        clearTimeout(killer);
+      }
     },
     async stop() {
       await proc.stop();
