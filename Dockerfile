@@ -1,18 +1,12 @@
-# The istio-cni node image: the install-cni daemon and the istio-cni plugin (self-contained Node.js
-# executables built by `make build`) plus the tools they run on the node. Build with `make image`.
+# The istio-cni node image for people with a container builder: `make image-docker`.
 #
-# Layout matches the chart (manifests/charts/istio-cni) and the daemon's defaults:
+# It adds the root filesystem `make image` assembles in build/image/rootfs.tar, so both routes give
+# the same layout (`make image` alone writes dist/image.oci.tar with no registry and no daemon):
 #   /usr/local/bin/install-cni  the entrypoint (DaemonSet command `install-cni`)
 #   /opt/cni/bin/istio-cni      the plugin the daemon copies to the host (CNI_BIN_SOURCE_DIR)
-FROM debian:bookworm-slim
-
-# iptables (both the nft and legacy backends), nftables, ipset and iproute2 program pod and host
-# rules; util-linux provides nsenter.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables nftables ipset iproute2 util-linux ca-certificates \
- && rm -rf /var/lib/apt/lists/*
-
-COPY dist/install-cni /usr/local/bin/install-cni
-COPY dist/istio-cni /opt/cni/bin/istio-cni
-
+#   iptables (nft and legacy), nft, ipset, ip, nsenter, unshare, cat, their libraries, the iptables
+#   extensions, the CA bundle and the packages' copyright files, from Debian bookworm; no shell.
+FROM scratch
+ADD build/image/rootfs.tar /
+ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin
 ENTRYPOINT ["/usr/local/bin/install-cni"]

@@ -1,12 +1,30 @@
-# The node image (Dockerfile). Needs a container builder (docker, podman or buildah); not part of
-# `make test` or `make e2e`. Included by the main Makefile.
+# The node image. Included by the main Makefile, which defines NODE and `build`.
+#
+# `make image` builds dist/image.oci.tar offline, with no registry and no Docker daemon: a Debian
+# root filesystem from Debian's mirror (mmdebstrap, run as root), cut down to what the daemon runs,
+# plus dist/install-cni and dist/istio-cni, packed as an OCI image layout (scripts/image/).
+# Import it with `ctr -n k8s.io images import dist/image.oci.tar` or `podman load -i ...`.
+#
+# `make image-docker` builds the same layout with a container builder from the Dockerfile.
 IMAGE_HUB ?= localhost/istio-cni
 IMAGE_TAG ?= $(shell $(NODE) -p 'require("./package.json").version')
 IMAGE ?= $(IMAGE_HUB)/install-cni:$(IMAGE_TAG)
+IMAGE_ARCHIVE := dist/image.oci.tar
 CONTAINER_BUILDER ?= $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null)))
 
-.PHONY: image
+.PHONY: image image-docker image-name
 
 image: build
-	@test -n "$(CONTAINER_BUILDER)" || { echo "make image: no container builder (docker, podman or buildah) found; set CONTAINER_BUILDER" >&2; exit 1; }
+	$(NODE) scripts/image/build.ts $(IMAGE)
+
+# The reference `make image` records in the archive (for scripts that import it).
+image-name:
+	@echo $(IMAGE)
+
+# The Dockerfile adds the root filesystem tar `make image` leaves in build/image/.
+image-docker: image
+	@test -n "$(CONTAINER_BUILDER)" || { echo "make image-docker: no container builder (docker, podman or buildah) found; set CONTAINER_BUILDER" >&2; exit 1; }
 	$(CONTAINER_BUILDER) $(if $(findstring buildah,$(CONTAINER_BUILDER)),bud,build) -t $(IMAGE) -f Dockerfile .
+
+# The e2e suite runs the image (its tests import dist/image.oci.tar into containerd).
+e2e: image

@@ -4,12 +4,13 @@
  * directory with no node_modules.
  *
  * Flow per executable: bundle (CommonJS, the format SEA's main script needs) → sea-config →
- * `node --experimental-sea-config` blob → copy of the pinned node binary → postject injects the blob.
+ * `node --experimental-sea-config` blob → stripped copy of the pinned node binary → postject injects
+ * the blob.
  * The plugin, whose start-up every pod pays, embeds its bundle as an asset next to a V8 code cache
  * warmed by one real ADD at build time, and a small loader compiles the bundle with that cache.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
@@ -149,7 +150,9 @@ async function makeExecutable(target: Target, bundleFile: string): Promise<strin
   run(nodeBinary, [...(target.execArgv ?? []), '--experimental-sea-config', seaConfig]);
   const exe = join(distDir, target.name);
   const staging = `${exe}.tmp`;
-  copyFileSync(nodeBinary, staging);
+  // Symbols stripped before the blob goes in: 18 MB less per executable (stripping after injection
+  // breaks the executable).
+  run('strip', ['--strip-all', '-o', staging, nodeBinary]);
   chmodSync(staging, 0o755);
   run(nodeBinary, [postjectCli, staging, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE]);
   // Replace atomically so a running test never sees a half-written executable.

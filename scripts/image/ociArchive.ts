@@ -1,0 +1,102 @@
+/**
+ * Packs one uncompressed layer tar into an OCI image layout inside a tar (the format `ctr images
+ * import`, `podman load` and `skopeo copy oci-archive:` read). Every byte is a function of the layer
+ * and the arguments: the same inputs give the same manifest digest.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+
+export interface OciImageConfig {
+  Entrypoint: string[];
+  Env: string[];
+  WorkingDir: string;
+}
+
+export interface OciArchiveOptions {
+  /** An uncompressed, already deterministic tar of the root filesystem. */
+  layerTar: string;
+  out: string;
+  /** name:tag, recorded for containerd (`io.containerd.image.name`) and OCI (`ref.name`, the tag). */
+  ref: string;
+  config: OciImageConfig;
+}
+
+export interface OciArchive {
+  manifestDigest: string;
+  layerSize: number;
+}
+
+function sha256File(file: string): string {
+  return createHash('sha256').update(readFileSync(file)).digest('hex');
+}
+
+export function writeOciArchive(options: OciArchiveOptions): OciArchive {
+  const layout = mkdtempSync(join(dirname(options.out), '.oci-layout-'));
+  try {
+    const blobs = join(layout, 'blobs/sha256');
+    mkdirSync(blobs, { recursive: true });
+    const putBlob = (bytes: Buffer): { digest: string; size: number } => {
+      const hex = createHash('sha256').update(bytes).digest('hex');
+      writeFileSync(join(blobs, hex), bytes);
+      return { digest: `sha256:${hex}`, size: bytes.length };
+    };
+
+    const diffId = `sha256:${sha256File(options.layerTar)}`;
+    // gzip -n: no name or timestamp in the header, so the compressed bytes follow the tar alone.
+    const gz = join(layout, 'layer.tar.gz');
+    execFileSync('sh', ['-c', 'exec gzip -n -6 -c "$0" > "$1"', options.layerTar, gz]);
+    const layerHex = sha256File(gz);
+    renameSync(gz, join(blobs, layerHex));
+    const layer = { digest: `sha256:${layerHex}`, size: statSync(join(blobs, layerHex)).size };
+
+    const config = putBlob(
+      Buffer.from(
+        JSON.stringify({
+          architecture: 'amd64',
+          os: 'linux',
+          created: '1970-01-01T00:00:00Z',
+          config: options.config,
+          rootfs: { type: 'layers', diff_ids: [diffId] },
+          history: [{ created: '1970-01-01T00:00:00Z', created_by: 'scripts/image/build.ts' }],
+        }),
+      ),
+    );
+    const manifest = putBlob(
+      Buffer.from(
+        JSON.stringify({
+          schemaVersion: 2,
+          mediaType: 'application/vnd.oci.image.manifest.v1+json',
+          config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...config },
+          layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...layer }],
+        }),
+      ),
+    );
+    const tag = options.ref.slice(options.ref.lastIndexOf(':') + 1);
+    writeFileSync(
+      join(layout, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.index.v1+json',
+        manifests: [
+          {
+            mediaType: 'application/vnd.oci.image.manifest.v1+json',
+            ...manifest,
+            platform: { architecture: 'amd64', os: 'linux' },
+            annotations: { 'io.containerd.image.name': options.ref, 'org.opencontainers.image.ref.name': tag },
+          },
+        ],
+      }),
+    );
+    writeFileSync(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+    execFileSync('tar', [
+      '--create', '--file', options.out, '--directory', layout,
+      '--format=gnu', '--sort=name', '--mtime=@0', '--owner=0', '--group=0', '--numeric-owner',
+      'oci-layout', 'index.json', 'blobs',
+    ]);
+    return { manifestDigest: manifest.digest, layerSize: layer.size };
+  } finally {
+    rmSync(layout, { recursive: true, force: true });
+  }
+}
