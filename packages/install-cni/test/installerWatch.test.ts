@@ -73,17 +73,21 @@ describe('copyBinaries', () => {
 });
 
 async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist']) {
-  const host = await scratchHost(t);
+  // after-hooks run in registration order: the installer must stop before its scratch host is removed.
+  const removeHost: (() => unknown)[] = [];
+  const controller = new AbortController();
+  let running: Promise<void> | undefined;
+  t.after(async () => {
+    controller.abort();
+    await running?.catch(() => undefined);
+    for (const remove of removeHost) await remove();
+  });
+  const host = await scratchHost({ after: (fn) => removeHost.push(fn) });
   await seedOrdered(host.netDir, seeded);
   const log = captureLogger();
   const settings = cniTestSettings(host);
   const installer = new Installer({ settings, logger: log.logger, throttle: { maxDelayMs: 20 } });
-  const controller = new AbortController();
-  const running = installer.run(controller.signal);
-  t.after(async () => {
-    controller.abort();
-    await running.catch(() => undefined);
-  });
+  running = installer.run(controller.signal);
   await waitFor('ready', () => installer.ready || undefined);
   return { host, installer, controller, running, log, settings };
 }
