@@ -8,6 +8,8 @@ import {
   type Namespace,
   type Pod,
 } from '@istio-cni/capture';
+import { ErrorCode } from '@istio-cni/cni';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import type { HandoffError, HandoffRequest, HandoffVerdict, Logger } from '@istio-cni/handoff';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
@@ -49,7 +51,8 @@ export interface NodeAgentDeps {
 
 type Outcome = HandoffVerdict | { error: HandoffError };
 
-const CODE = { invalidConfig: 7, tryAgain: 11, notAvailable: 50, internal: 999 } as const;
+// invalidNetns: why code 8 for a refused netns is explained at PodNetnsRefusedError.
+const CODE = { invalidConfig: 7, invalidNetns: ErrorCode.InvalidNetNS, tryAgain: 11, notAvailable: 50, internal: 999 } as const;
 
 function error(code: number, msg: string, details?: string): Outcome {
   return { error: details ? { code, msg, details } : { code, msg } };
@@ -125,6 +128,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns, podIps));
     } catch (err) {
       if (err instanceof AnnotationError) return error(CODE.invalidConfig, err.message);
+      if (err instanceof PodNetnsRefusedError) return error(CODE.invalidNetns, err.message);
       if (err instanceof LimiterFullError) return error(CODE.tryAgain, `istio-cni agent is busy: ${err.message}`);
       throw err;
     }
@@ -142,6 +146,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       await deps.limiter.run(() => dataplane.addPodToMesh(pod, ips, request.netns));
     } catch (err) {
       // Fail closed: the pod must not start before ztunnel has it (SPEC 4.2).
+      if (err instanceof PodNetnsRefusedError) return error(CODE.invalidNetns, err.message);
       if (err instanceof RetryableError || err instanceof LimiterFullError) return error(CODE.tryAgain, err.message);
       if (err instanceof NonRetryableError) return error(CODE.internal, err.message);
       throw err;

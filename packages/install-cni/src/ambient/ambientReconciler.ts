@@ -5,6 +5,7 @@ import {
   type Namespace,
   type Pod,
 } from '@istio-cni/capture';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { ClusterView } from '../kube/clusterView.ts';
 import {
@@ -108,7 +109,7 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       plog.info('pod enrolled in ambient mode');
       return 'done';
     } catch (err) {
-      if (err instanceof NonRetryableError) {
+      if (err instanceof NonRetryableError || err instanceof PodNetnsRefusedError) {
         plog.error('pod cannot be enrolled; not retrying', { error: err.message });
         return 'done';
       }

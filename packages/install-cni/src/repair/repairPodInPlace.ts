@@ -6,6 +6,8 @@ import { podKey } from './repairPod.ts';
 export interface InPlaceRepairDeps {
   /** The netns holding the address (production: {@link findNetnsByIp} over the host procfs); caller closes it. */
   findNetns(podIp: string): Promise<NetnsHandle>;
+  /** Throws when the found netns must not be programmed (the node's own; production: `PodNetnsGuard.check`). */
+  checkNetns(netns: NetnsHandle): void;
   /** The plugin's own sidecar capture (`createSidecarCaptureManager`), so a repaired pod gets exactly its rules. */
   capture: { apply(pod: Pod, netns: string): Promise<string> };
 }
@@ -22,6 +24,7 @@ export function createInPlaceRepairer(deps: InPlaceRepairDeps): RepairInPlace {
     if (!ip) throw new Error(`pod ${podKey(pod)} has no IP yet: cannot find its network namespace`);
     const netns = await deps.findNetns(ip);
     try {
+      deps.checkNetns(netns);
       const outcome = await netns.use((path) => deps.capture.apply(pod, path));
       return `${netns.source} (inode ${netns.inode}, ${outcome})`;
     } finally {

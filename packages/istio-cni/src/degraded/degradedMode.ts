@@ -7,6 +7,7 @@ import {
   type Pod,
 } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane/sidecar';
 import type { Logger } from '@istio-cni/handoff';
 import type { PluginConfig } from '../pluginConfig.ts';
 import { ApiUnauthorizedError } from './apiReader.ts';
@@ -108,6 +109,8 @@ export async function degradedAdd(
     return { action: 'redirected', outcome };
   } catch (err) {
     if (err instanceof AnnotationError) throw new CniError(ErrorCode.InvalidNetworkConfig, err.message);
+    // Code 8: see PodNetnsRefusedError.
+    if (err instanceof PodNetnsRefusedError) throw new CniError(ErrorCode.InvalidNetNS, err.message);
     throw err;
   }
 }
