@@ -14,13 +14,13 @@ import {
   createIpsetProbeSets,
   createNetnsOwnershipCheck,
   createNftProbeSets,
+  createPodNetnsGuard,
   createPodNetnsProcFinder,
   createProcFs,
   createScratchNetnsOpener,
   deleteAmbientHostRules,
   deleteAmbientPodRules,
   detectIptablesBackend,
-  openCniNetns,
   openNetnsHandle,
   type ProcFs,
   syncProbeSets,
@@ -115,13 +115,14 @@ test('the host netns is never handed out even when a host process claims a pod c
 test('a CNI netns path opens to the same inode; a regular file is refused', { skip: notRootSkip }, (t) => {
   const ns = addNetns('amb-cni');
   t.after(() => ns.remove());
-  const handle = openCniNetns(ns.path);
+  const guard = createPodNetnsGuard({ hostProcDir: '/proc' });
+  const handle = guard.openCniNetns(ns.path);
   t.after(() => handle.close());
   assert.equal(handle.inode, statSync(ns.path).ino);
   const file = join(tmpdir(), `not-a-netns-${process.pid}`);
   writeFileSync(file, '');
   assert.throws(() => openNetnsHandle(file), /failed to open netns ".*": not a namespace file/);
-  assert.throws(() => openCniNetns('relative/path'), /invalid netns path "relative\/path"/);
+  assert.throws(() => guard.openCniNetns('relative/path'), /refusing network namespace "relative\/path": it is not an absolute path/);
 });
 
 /** Everything ambient-related in a netns: ISTIO rules/chains, istio nft tables, mark rules, table 100. */

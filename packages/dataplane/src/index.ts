@@ -66,6 +66,17 @@ export {
 } from './applySidecarCapture.ts';
 export { planSidecarCapture, type PlanSidecarCaptureOptions } from './planSidecarCapture.ts';
 export { createSidecarCaptureManager, type SidecarCaptureManager, type SidecarCaptureManagerOptions } from './sidecarCaptureManager.ts';
+export {
+  createPodNetnsGuard,
+  type NetnsReferences,
+  type NsFileFacts,
+  type NsIdentity,
+  type PodNetnsGuard,
+  type PodNetnsGuardOptions,
+  PodNetnsRefusedError,
+  podNetnsRefusal,
+  resolveCniNetnsPath,
+} from './podNetnsGuard.ts';
 export * from './ambient/index.ts';
 export { SeqpacketError, type SeqpacketErrorCode } from './seqpacket/seqpacketError.ts';
 export {

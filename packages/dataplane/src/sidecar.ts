@@ -5,3 +5,4 @@
 export { createExecCommandRunner } from './execCommandRunner.ts';
 export { createScratchNetnsOpener } from './scratchNetns.ts';
 export { createSidecarCaptureManager, type SidecarCaptureManager } from './sidecarCaptureManager.ts';
+export { createPodNetnsGuard, type PodNetnsGuard, PodNetnsRefusedError } from './podNetnsGuard.ts';

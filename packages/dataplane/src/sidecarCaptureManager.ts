@@ -5,11 +5,14 @@ import type { CommandRunner } from './commandRunner.ts';
 import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
 import { detectPodIpv6 } from './detectPodIpv6.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
+import type { PodNetnsGuard } from './podNetnsGuard.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
 
 export interface SidecarCaptureManagerOptions {
   runner: CommandRunner;
   openScratchNetns: OpenScratchNetns;
+  /** Opens and checks the pod netns before anything runs in it (never the node's own). */
+  netnsGuard: PodNetnsGuard;
   nativeNftables: boolean;
   env?: CaptureEnvironment;
   /** FORCE_IPTABLES_BINARY (`legacy` | `nft`). */
@@ -21,7 +24,8 @@ export interface SidecarCaptureManagerOptions {
 export interface SidecarCaptureManager {
   /**
    * Programs the pod's capture rules in `netns`; returns the apply outcome. `podIps` (from the CNI
-   * result) decide the IP family without entering the netns.
+   * result) decide the IP family without entering the netns. `netns` is opened once and checked
+   * (`PodNetnsRefusedError` for the node's netns and the like); the commands run through that fd.
    */
   apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
   /** Differences between `netns` and the pod's expected rules; empty = in place. */
@@ -78,12 +82,19 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
 
   return {
     async apply(pod, netns, podIps) {
-      const planned = plan(pod, netns);
-      const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-      const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
-      return typeof outcome === 'string'
-        ? outcome
-        : Object.entries(outcome).map(([family, o]) => `${family}:${o}`).join(',');
+      const handle = options.netnsGuard.openCniNetns(netns);
+      try {
+        return await handle.use(async (path) => {
+          const planned = plan(pod, path);
+          const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
+          const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
+          return typeof outcome === 'string'
+            ? outcome
+            : Object.entries(outcome).map(([family, o]) => `${family}:${o}`).join(',');
+        });
+      } finally {
+        handle.close();
+      }
     },
     async verify(pod, netns) {
       const planned = plan(pod, netns);

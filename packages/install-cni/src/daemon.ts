@@ -159,6 +159,7 @@ function startAgent(
     ambientSelectors: parseEnablementSelectors(settings.enablementSelectors),
     nativeNftables: settings.nativeNftables,
     ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
+    hostProcDir: settings.hostProcDir,
     captureEnv: process.env,
     ambient: {
       systemNamespace: settings.systemNamespace,

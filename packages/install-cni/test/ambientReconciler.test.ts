@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { DEFAULT_ENABLEMENT_SELECTORS, type Namespace, type Pod } from '@istio-cni/capture';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { createAmbientReconciler } from '../src/ambient/ambientReconciler.ts';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import { NonRetryableError, RetryableError, type MeshDataplane } from '../src/ambient/meshDataplane.ts';
 import { ObjectStore, type ClusterView } from '../src/kube/clusterView.ts';
 
@@ -103,6 +104,15 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
 
   it('does not retry a non-retryable add error', async () => {
     const h = setup({ failAdd: [new NonRetryableError('netns not found')] });
+    h.reconciler.start();
+    h.pods.upsert(pod('web', { ips: ['10.0.0.5'], labels: AMBIENT }));
+    h.namespaces.upsert(ns('default'));
+    await h.settle();
+    assert.equal(h.calls.length, 1);
+  });
+
+  it('does not retry a refused netns (the node\'s own found for the pod)', async () => {
+    const h = setup({ failAdd: [new PodNetnsRefusedError('/host/proc/1/ns/net', "it is the node's own network namespace")] });
     h.reconciler.start();
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], labels: AMBIENT }));
     h.namespaces.upsert(ns('default'));

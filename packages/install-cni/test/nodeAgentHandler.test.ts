@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DEFAULT_ENABLEMENT_SELECTORS, type Namespace, type Pod } from '@istio-cni/capture';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import { createJsonLogger, type HandoffRequest } from '@istio-cni/handoff';
 import { createConcurrencyLimiter } from '../src/agent/concurrencyLimiter.ts';
 import { createNodeAgentHandler, type NodeAgentDeps, type SidecarCapture } from '../src/agent/nodeAgentHandler.ts';
@@ -191,6 +192,20 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     assert.match(out.error.msg, /traffic\.sidecar\.istio\.io\/excludeOutboundIPRanges="10\.0\.0\.0\/33"/);
   });
 
+  it('fails a sidecar ADD into a refused netns (the node\'s own) with code 8 naming the netns', async () => {
+    const h = harness({ pods: [sidecarPod('hostns')] });
+    h.deps.capture = {
+      apply: async (_pod, netns) => {
+        throw new PodNetnsRefusedError(netns, "it is the node's own network namespace");
+      },
+      verify: async () => [],
+    };
+    const handler = createNodeAgentHandler(h.deps);
+    const out = await handler.handle(request('ADD', 'default', 'hostns'));
+    assert.deepEqual(out, { error: { code: 8, msg: 'refusing network namespace "/var/run/netns/hostns": it is the node\'s own network namespace' } });
+    assert.equal(handler.attachments().size, 0, 'not remembered as captured');
+  });
+
   it('answers ambient pods with a retryable error while ambient is not programmed', async () => {
     const h = harness({ ambient: true, pods: [plainPod('amb', 'default', { 'istio.io/dataplane-mode': 'ambient' })] });
     const out = await createNodeAgentHandler(h.deps).handle(request('ADD', 'default', 'amb'));
@@ -322,6 +337,14 @@ describe('ambient ADD', () => {
     const { h } = ambientHarness(new RetryableError('ztunnel did not take the pod: no ztunnel connection'));
     const out = await createNodeAgentHandler(h.deps).handle(req());
     assert.deepEqual(out, { error: { code: 11, msg: 'ztunnel did not take the pod: no ztunnel connection' } });
+  });
+
+  it('answers a refused netns (the node\'s own) with code 8 and does not remember the pod', async () => {
+    const { h } = ambientHarness(new PodNetnsRefusedError('/proc/1/ns/net', "it is the node's own network namespace"));
+    const handler = createNodeAgentHandler(h.deps);
+    const out = await handler.handle(req());
+    assert.deepEqual(out, { error: { code: 8, msg: 'refusing network namespace "/proc/1/ns/net": it is the node\'s own network namespace' } });
+    assert.equal(handler.attachments().size, 0);
   });
 
   it('answers a non-retryable failure with code 999', async () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createNetnsHandle, type NetnsHandle } from '@istio-cni/dataplane';
+import { createNetnsHandle, type NetnsHandle, PodNetnsRefusedError } from '@istio-cni/dataplane';
 import { createInPlaceRepairer } from '../src/repair/repairPodInPlace.ts';
 import { brokenPodWaiting, makePod } from './repairFixtures.ts';
 
@@ -14,6 +14,7 @@ describe('createInPlaceRepairer', () => {
         handle = createNetnsHandle({ fd: 9, inode: 20, source: '/host/proc/200/ns/net', path: '/proc/77/fd/9', release: () => {} });
         return handle;
       },
+      checkNetns: (netns) => assert.equal(netns, handle),
       capture: {
         apply: async (pod, netns) => {
           applied.push(`${pod.metadata.name} in ${netns}`);
@@ -30,6 +31,7 @@ describe('createInPlaceRepairer', () => {
   it('refuses pods without an IP or on the host network, naming the pod', async () => {
     const repair = createInPlaceRepairer({
       findNetns: async () => assert.fail('not looked up'),
+      checkNetns: () => assert.fail('not checked'),
       capture: { apply: async () => assert.fail('not applied') },
     });
     await assert.rejects(repair(makePod({ name: 'NoIp' })), /pod default\/NoIp has no IP yet/);
@@ -40,8 +42,27 @@ describe('createInPlaceRepairer', () => {
   it('fails naming the IP when no network namespace holds it', async () => {
     const repair = createInPlaceRepairer({
       findNetns: async () => undefined,
+      checkNetns: () => assert.fail('not checked'),
       capture: { apply: async () => assert.fail('not applied') },
     });
     await assert.rejects(repair(makePod({ name: 'Gone', podIP: '10.1.1.9' })), /no network namespace on this node holds pod IP "10.1.1.9"/);
+  });
+
+  it('a found netns the guard refuses (the node\'s own) is never programmed, and is closed', async () => {
+    let handle: NetnsHandle | undefined;
+    const repair = createInPlaceRepairer({
+      findNetns: async () => (handle = createNetnsHandle({ fd: 9, inode: 1, source: '/host/proc/1/ns/net', release: () => {} })),
+      checkNetns: (netns) => {
+        throw new PodNetnsRefusedError(netns.source, "it is the node's own network namespace");
+      },
+      capture: { apply: async () => assert.fail('not applied') },
+    });
+    const pod = { ...brokenPodWaiting, status: { ...brokenPodWaiting.status, podIP: '10.1.1.5' } };
+    await assert.rejects(repair(pod), (err: unknown) => {
+      assert.ok(err instanceof PodNetnsRefusedError);
+      assert.match(err.message, /^refusing network namespace "\/host\/proc\/1\/ns\/net": it is the node's own network namespace$/);
+      return true;
+    });
+    assert.equal(handle?.closed, true);
   });
 });

@@ -3,6 +3,8 @@ import { describe, it } from 'node:test';
 import { redirectFromPod, type Namespace, type Pod } from '@istio-cni/capture';
 import { CniError, parseNetConf } from '@istio-cni/cni';
 import { createJsonLogger, parsePluginConfig } from '@istio-cni/handoff';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane/sidecar';
+
 import { ApiRequestError, ApiUnauthorizedError } from '../src/degraded/apiReader.ts';
 import { degradedAdd, degradedCheck, type DegradedDeps } from '../src/degraded/degradedMode.ts';
 
@@ -104,6 +106,15 @@ describe('degraded ADD (agent unreachable)', () => {
     const bad: Pod = { ...sidecar, metadata: { ...sidecar.metadata, annotations: { ...sidecar.metadata.annotations, 'sidecar.istio.io/interceptionMode': 'MAGIC' } } };
     const deps = fakeDeps(bad);
     await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/));
+    assert.deepEqual(deps.applied, []);
+  });
+
+  it('fails with code 8 naming the netns when the capture refuses it (the node\'s own)', async () => {
+    const deps = fakeDeps(sidecar, { applyError: new PodNetnsRefusedError('/proc/1/ns/net', "it is the node's own network namespace") });
+    await assert.rejects(
+      degradedAdd(deps, config(), k8s, '/proc/1/ns/net', ['10.0.0.5/24'], log, policy),
+      code(8, /^refusing network namespace "\/proc\/1\/ns\/net": it is the node's own network namespace$/),
+    );
     assert.deepEqual(deps.applied, []);
   });
 

@@ -1,6 +1,5 @@
 export { AmbientDataplaneError, type AmbientDataplaneErrorCode } from './ambientDataplaneError.ts';
 export { createNetnsHandle, type NetnsHandle, type NetnsHandleInit, openNetnsHandle } from './netnsHandle.ts';
-export { openCniNetns } from './openCniNetns.ts';
 export { createProcFs, type ProcFs, type ProcFsEntry } from './procFs.ts';
 export {
   type Cgroup,

@@ -11,6 +11,7 @@ import {
 } from '@istio-cni/capture';
 import { ErrorCode, errorMessage } from '@istio-cni/cni';
 import { PROTOCOL, type HandoffError, type HandoffRequest, type HandoffVerdict, type Logger } from '@istio-cni/handoff';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
@@ -139,6 +140,8 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     } catch (err) {
       const refused = captureFailure(err);
       if (refused) return failure(refused);
+      // Code 8: see PodNetnsRefusedError.
+      if (err instanceof PodNetnsRefusedError) return error(ErrorCode.InvalidNetNS, err.message);
       if (err instanceof LimiterFullError) return error(ErrorCode.TryAgainLater, `istio-cni agent is busy: ${err.message}`);
       throw err;
     }
@@ -155,6 +158,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     try {
       await deps.limiter.run(() => dataplane.addPodToMesh(pod, ips, request.netns));
     } catch (err) {
+      if (err instanceof PodNetnsRefusedError) return error(ErrorCode.InvalidNetNS, err.message);
       // Fail closed: the pod must not start before ztunnel has it (as upstream `cni-watcher.go`).
       if (err instanceof RetryableError || err instanceof LimiterFullError) return error(ErrorCode.TryAgainLater, err.message);
       if (err instanceof NonRetryableError) return error(ErrorCode.Internal, err.message);

@@ -1,5 +1,5 @@
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
-import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
+import { createExecCommandRunner, createPodNetnsGuard, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
 import { createKubeClient, type KubeClient, loadKubeConfig, nodePath, type KubeConfigSource } from '@istio-cni/kube';
@@ -24,6 +24,8 @@ export interface NodeAgentOptions {
   ambientSelectors: readonly EnablementSelector[];
   nativeNftables: boolean;
   forceIptablesBinary?: string;
+  /** HOST_PROC_DIR: the node's netns (`<hostProcDir>/1/ns/net`) is never a pod's. */
+  hostProcDir: string;
   /** ISTIO_OUTBOUND_* variables (upstream `tools/common/config/config.go`), read once at start-up. */
   captureEnv: Record<string, string | undefined>;
   /** Simultaneous capture programs; more wait in line, up to `maxQueued`. */
@@ -54,6 +56,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const capture = createSidecarCaptureManager({
     runner: createExecCommandRunner(),
     openScratchNetns: createScratchNetnsOpener(),
+    netnsGuard: createPodNetnsGuard({ hostProcDir: options.hostProcDir }),
     nativeNftables: options.nativeNftables,
     env: captureEnvironmentFrom(options.captureEnv),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),

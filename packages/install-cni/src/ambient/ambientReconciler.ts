@@ -5,6 +5,7 @@ import {
   type Namespace,
   type Pod,
 } from '@istio-cni/capture';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { ClusterView } from '../kube/clusterView.ts';
@@ -118,7 +119,7 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       await dataplane.addPodToMesh(current, ips, undefined);
       plog.info('pod enrolled in ambient mode');
     } catch (err) {
-      if (err instanceof NonRetryableError) {
+      if (err instanceof NonRetryableError || err instanceof PodNetnsRefusedError) {
         plog.error('pod cannot be enrolled; not retrying', { error: err.message });
         return;
       }

@@ -2,11 +2,12 @@ import { AnnotationError, ambientPodOverrides, type AmbientConfig, type Pod } fr
 import {
   applyAmbientPodRules,
   deleteAmbientPodRules,
-  openCniNetns,
+  PodNetnsRefusedError,
   type AmbientRuleBackend,
   type AmbientRulesDeps,
   type NetnsHandle,
   type PodNetnsCache,
+  type PodNetnsGuard,
   type PodNetnsProcFinder,
   type ProbeSetManager,
   type WorkloadInfo,
@@ -30,8 +31,11 @@ export interface NodeMeshDataplaneDeps {
   cache: PodNetnsCache;
   /** Finds netns for pods enrolled by the informer (no CNI path): as upstream `podcgroupns_linux.go`. */
   finder(): Promise<PodNetnsProcFinder>;
-  /** Prefix for CNI netns paths (`/host` in the DaemonSet, where the host's /var/run is mounted). */
-  hostRoot: string;
+  /**
+   * Opens CNI netns paths under the host root (`/host` in the DaemonSet, where the host's /var/run
+   * is mounted) and refuses the node's own netns, on both the CNI and the procfs path.
+   */
+  netnsGuard: PodNetnsGuard;
   sets: ProbeSetManager;
   ztunnel: ZtunnelServer;
   annotator: PodAnnotator;
@@ -54,7 +58,7 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
   const { cache, logger } = deps;
 
   async function netnsFor(pod: Pod, uid: string, ips: readonly string[], netnsPath: string | undefined): Promise<NetnsHandle> {
-    if (netnsPath !== undefined && netnsPath !== '') return openCniNetns(netnsPath, { hostRoot: deps.hostRoot });
+    if (netnsPath !== undefined && netnsPath !== '') return deps.netnsGuard.openCniNetns(netnsPath);
     const cached = cache.get(uid);
     if (cached !== undefined && !cached.closed) return cached;
     const workload = workloadOf(pod);
@@ -64,6 +68,12 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
     );
     const hit = found.get(uid);
     if (hit === undefined) throw new Error('no process of the pod found in procfs with a network namespace holding its IPs');
+    try {
+      deps.netnsGuard.check(hit.netns);
+    } catch (err) {
+      hit.netns.close();
+      throw err;
+    }
     return hit.netns;
   }
 
@@ -100,6 +110,8 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
         netns = cache.upsert(uid, workload, await netnsFor(pod, uid, ips, netnsPath));
       } catch (err) {
         cache.remove(uid);
+        // Refused as such (CNI error 8), not as a generic failure; never retried.
+        if (err instanceof PodNetnsRefusedError) throw err;
         throw new NonRetryableError(`failed to open the pod's network namespace: ${errorMessage(err)}`);
       }
       try {

@@ -8,6 +8,7 @@ import {
   createNetnsOwnershipCheck,
   createNftProbeSets,
   createPodNetnsCache,
+  createPodNetnsGuard,
   createPodNetnsProcFinder,
   createProcFs,
   createScratchNetnsOpener,
@@ -122,6 +123,11 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
   });
 
   const cache = createPodNetnsCache();
+  const netnsGuard = createPodNetnsGuard({
+    hostProcDir: o.hostProcDir,
+    hostRoot: hostRootOf(o.hostProcDir),
+    ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
+  });
   const connected = new Gauge({ name: 'ztunnel_connected', help: 'Number of ztunnels connected to the node agent.', registers: [o.registry] });
   const reconcileEvents = new Counter({
     name: 'nodeagent_reconcile_events_total',
@@ -153,7 +159,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     config,
     cache,
     finder: getFinder,
-    hostRoot: hostRootOf(o.hostProcDir),
+    netnsGuard,
     sets,
     ztunnel,
     annotator: o.annotator,
@@ -186,6 +192,13 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     const wanted = new Map(snapshot.map((p) => [p.metadata.uid ?? '', ambientPod(p)]));
     const found = await (await getFinder()).findNetnsForPods(wanted);
     for (const [uid, hit] of found) {
+      try {
+        netnsGuard.check(hit.netns);
+      } catch (err) {
+        hit.netns.close();
+        log.error('refusing the network namespace found for an enrolled pod', { uid, error: err instanceof Error ? err.message : String(err) });
+        continue;
+      }
       const netns = cache.upsert(uid, workloadOf(snapshot.find((p) => p.metadata.uid === uid) as Pod), hit.netns);
       if (o.reconcilePodRules) {
         const pod = snapshot.find((p) => p.metadata.uid === uid) as Pod;

@@ -6,6 +6,8 @@ import { podKey } from './repairPod.ts';
 export interface InPlaceRepairDeps {
   /** The netns holding the address, `undefined` if none (production: `findNetnsByIp` over the host procfs); caller closes it. */
   findNetns(podIp: string): Promise<NetnsHandle | undefined>;
+  /** Throws when the found netns must not be programmed (the node's own; production: `PodNetnsGuard.check`). */
+  checkNetns(netns: NetnsHandle): void;
   /** The plugin's own sidecar capture (`createSidecarCaptureManager`), so a repaired pod gets exactly its rules. */
   capture: { apply(pod: Pod, netns: string): Promise<string> };
 }
@@ -23,6 +25,7 @@ export function createInPlaceRepairer(deps: InPlaceRepairDeps): RepairInPlace {
     const netns = await deps.findNetns(ip);
     if (netns === undefined) throw new AmbientDataplaneError('ERR_AMBIENT_NETNS', `no network namespace on this node holds pod IP ${JSON.stringify(ip)}`);
     try {
+      deps.checkNetns(netns);
       const outcome = await netns.use((path) => deps.capture.apply(pod, path));
       return `${netns.source} (inode ${netns.inode}, ${outcome})`;
     } finally {

@@ -2,6 +2,7 @@ import { captureEnvironmentFrom } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
   createNetnsOwnershipCheck,
+  createPodNetnsGuard,
   createProcFs,
   createScratchNetnsOpener,
   createSidecarCaptureManager,
@@ -69,15 +70,18 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
     const runner = createExecCommandRunner();
     const procFs = createProcFs(settings.hostProcDir);
     const checkOwnership = createNetnsOwnershipCheck(runner);
+    const netnsGuard = createPodNetnsGuard({ hostProcDir: settings.hostProcDir });
     const capture = createSidecarCaptureManager({
       runner,
       openScratchNetns: createScratchNetnsOpener(),
+      netnsGuard,
       nativeNftables: settings.nativeNftables,
       env: captureEnvironmentFrom(options.captureEnv ?? process.env),
       ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
     });
     repairInPlace = createInPlaceRepairer({
       findNetns: (ip) => findNetnsByIp({ procFs, checkOwnership, log: (level, msg) => logger[level](msg) }, ip),
+      checkNetns: (netns) => netnsGuard.check(netns),
       capture,
     });
   }

@@ -1,6 +1,7 @@
 import { captureFailure, decidePod, missingRulesFailure, type Namespace, type Pod, type PodFailure } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
+import { PodNetnsRefusedError } from '@istio-cni/dataplane/sidecar';
 import { retryWithBackoff } from '@istio-cni/kube';
 import { ApiRequestError, ApiUnauthorizedError } from './apiReader.ts';
 
@@ -119,6 +120,8 @@ export async function degradedAdd(
   } catch (err) {
     const refused = captureFailure(err);
     if (refused) throw cniError(refused);
+    // Code 8: see PodNetnsRefusedError.
+    if (err instanceof PodNetnsRefusedError) throw new CniError(ErrorCode.InvalidNetNS, err.message);
     throw err;
   }
 }

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createExecCommandRunner, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
+import { createExecCommandRunner, createPodNetnsGuard, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
 import { captureEnvironmentFrom } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger, type PluginConfig } from '@istio-cni/handoff';
@@ -30,6 +30,8 @@ async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
   const capture = createSidecarCaptureManager({
     runner: createExecCommandRunner(),
     openScratchNetns: createScratchNetnsOpener(),
+    // The plugin runs on the host: its /proc is the host's.
+    netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
     nativeNftables: config.nativeNftables,
     env: captureEnvironmentFrom(process.env),
     ...(forceIptablesBinary ? { forceIptablesBinary } : {}),
