@@ -12,6 +12,7 @@ import { CommandError } from './support/runCommand.ts';
 const FIXTURES = join(import.meta.dirname, 'fixtures/upstream-values');
 
 interface Container {
+  name: string;
   image: string;
   imagePullPolicy?: string;
   args: string[];
@@ -199,13 +200,14 @@ describe('profiles keep upstream meaning', () => {
     assert.equal((await renderFile('profile-openshift-ambient.yaml')).config.AMBIENT_ENABLED, 'true');
   });
 
-  test('gke: the bin dir follows upstream precedence (user cniBinDir, else the cluster version)', async () => {
-    const onGke = await renderFile('platform-gke.yaml', { kubeVersion: 'v1.31.2-gke.1000' });
-    assert.equal(onGke.hostPath('cni-bin-dir'), '/home/kubernetes/bin');
-    assert.ok(onGke.has('ResourceQuota'));
-    assert.equal((await renderFile('platform-gke.yaml', { kubeVersion: 'v1.31.2' })).hostPath('cni-bin-dir'), '/opt/cni/bin');
+  test('gke: /home/kubernetes/bin from the platform profile, a ResourceQuota; your cniBinDir wins; no platform, no change', async () => {
+    for (const kubeVersion of ['v1.31.2-gke.1000', 'v1.31.2']) {
+      const gke = await renderFile('platform-gke.yaml', { kubeVersion });
+      assert.equal(gke.hostPath('cni-bin-dir'), '/home/kubernetes/bin', kubeVersion);
+      assert.ok(gke.has('ResourceQuota'));
+    }
     assert.equal((await renderFile('platform-gke-user-bin-dir.yaml', { kubeVersion: 'v1.31.2-gke.1000' })).hostPath('cni-bin-dir'), '/var/lib/cni-custom');
-    // Without the gke platform the chart default stands, even on GKE (as upstream).
+    // Without the gke platform the chart default stands, even on a GKE cluster (as upstream).
     assert.equal(new Rendering(await renderChart({ kubeVersion: 'v1.31.2-gke.1000' })).hostPath('cni-bin-dir'), '/opt/cni/bin');
   });
 });
