@@ -1,7 +1,7 @@
 /** Plugin start-up cost against the bare embedded runtime and Debian's Go loopback plugin. */
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { PLUGIN, REPO_ROOT, makeHostRoot, startDaemon } from '../test/support/daemonProcess.ts';
+import { DAEMON, PLUGIN, REPO_ROOT, makeHostRoot, startDaemon } from '../test/support/daemonProcess.ts';
 import { startFakeKubeApi } from '../test/support/fakeKubeApi.ts';
 import { compare, printTable, timeProcess } from './measure.ts';
 
@@ -49,7 +49,7 @@ export async function benchPluginStartup(runs: number): Promise<void> {
     const kib = (p: string) => `${Math.round(statSync(p).size / 1024)} KiB`;
     console.log(`\nsizes: bundle build/istio-cni.cjs ${kib(join(REPO_ROOT, 'build/istio-cni.cjs'))}, ` +
       `build/install-cni.cjs ${kib(join(REPO_ROOT, 'build/install-cni.cjs'))}; ` +
-      `executables dist/istio-cni ${kib(PLUGIN)}, dist/install-cni ${kib(join(REPO_ROOT, 'dist/install-cni'))}`);
+      `executables ${PLUGIN} ${kib(PLUGIN)}, ${DAEMON} ${kib(DAEMON)}`);
   } finally {
     await daemon.stop();
     await api.close();

@@ -98,6 +98,7 @@ describe('istio-cni Helm chart', () => {
       'cni-net-dir': '/etc/cni/net.d',
       'cni-socket-dir': '/var/run/istio-cni',
       'cni-host-procfs': '/proc',
+      'cni-netns-dir': '/var/run/netns',
     });
     const env = container.env as { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
     assert.equal(env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
@@ -151,7 +152,7 @@ describe('istio-cni Helm chart', () => {
   test('platform profiles set host paths; user values win over profiles', async () => {
     const k3s = hostPaths(await render('global.platform=k3s'));
     assert.equal(k3s['cni-net-dir'], '/var/lib/rancher/k3s/agent/etc/cni/net.d');
-    assert.equal(k3s['cni-bin-dir'], '/var/lib/rancher/k3s/data/cni');
+    assert.equal(k3s['cni-bin-dir'], '/var/lib/rancher/k3s/data/current/bin/');
     assert.equal(hostPaths(await render('global.platform=gke'))['cni-bin-dir'], '/home/kubernetes/bin');
     assert.ok((await render('global.platform=gke')).some((o) => o.kind === 'ResourceQuota'));
     const openshift = await render('global.platform=openshift');
@@ -168,7 +169,7 @@ describe('istio-cni Helm chart', () => {
   test('an unknown platform is refused, naming it', async () => {
     await assert.rejects(renderChart({ set: ['global.platform=nosuch'] }), (err: unknown) => {
       assert.ok(err instanceof CommandError);
-      assert.match(err.stderr, /unknown global.platform "nosuch"/);
+      assert.match(err.stderr, /unknown platform "nosuch"/);
       return true;
     });
   });

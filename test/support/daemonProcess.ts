@@ -6,7 +6,8 @@ import { join, resolve } from 'node:path';
 import { watchDaemonLog } from './watchDaemonLog.ts';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
-export const DIST = join(REPO_ROOT, 'dist');
+/** The executables under test: `dist/`, or another build's directory (ISTIO_CNI_DIST, for comparing builds). */
+export const DIST = process.env.ISTIO_CNI_DIST ? resolve(process.env.ISTIO_CNI_DIST) : join(REPO_ROOT, 'dist');
 export const PLUGIN = join(DIST, 'istio-cni');
 export const DAEMON = join(DIST, 'install-cni');
 

@@ -17,10 +17,17 @@ export interface KubeObject {
   [key: string]: unknown;
 }
 
-/** `helm template` of the chart with the rig's helm; `set` entries are `key=value` for `--set`. */
-export async function renderChart(options: { set?: readonly string[]; namespace?: string } = {}): Promise<string> {
+/**
+ * `helm template` of the chart with the rig's helm; `set` entries are `key=value` for `--set`,
+ * `values` are values files (`-f`), `kubeVersion` the cluster version the templates see.
+ */
+export async function renderChart(
+  options: { set?: readonly string[]; values?: readonly string[]; kubeVersion?: string; namespace?: string } = {},
+): Promise<string> {
   const argv = [rigBinary('helm'), 'template', RELEASE_NAME, CHART_DIR, '--namespace', options.namespace ?? RELEASE_NAMESPACE];
+  for (const f of options.values ?? []) argv.push('-f', f);
   for (const s of options.set ?? []) argv.push('--set', s);
+  if (options.kubeVersion !== undefined) argv.push('--kube-version', options.kubeVersion);
   // helm wants somewhere to keep its (unused) repository config; keep it out of $HOME.
   const env = { ...process.env, HELM_CACHE_HOME: '/tmp/istio-cni-e2e-helm/cache', HELM_CONFIG_HOME: '/tmp/istio-cni-e2e-helm/config', HELM_DATA_HOME: '/tmp/istio-cni-e2e-helm/data' };
   return (await runCommand(argv, { env })).stdout;

@@ -1,4 +1,5 @@
 import { openSync, closeSync, fstatSync } from 'node:fs';
+import { getHeapStatistics } from 'node:v8';
 import { Command } from 'commander';
 import { closeFd, seqpacketPair } from '@istio-cni/dataplane';
 
@@ -32,7 +33,10 @@ export function checkRuntimeCommand(): Command {
   return new Command('check-runtime')
     .description('verify the native socket support (SOCK_SEQPACKET with fd passing) used for ztunnel')
     .action(async () => {
-      // The runtime flags the executable embeds (sea-config execArgv), for the build's check and operators.
-      process.stdout.write(`node ${process.version} ${process.execArgv.join(' ')}`.trimEnd() + '\n' + (await checkRuntime()) + '\n');
+      // The runtime flags the executable embeds (sea-config execArgv), for the build's check and
+      // operators; then V8's heap limit, which the chart sets through NODE_OPTIONS from the
+      // container's memory limit.
+      const heapMiB = Math.round(getHeapStatistics().heap_size_limit / 1048576);
+      process.stdout.write(`node ${process.version} ${process.execArgv.join(' ')}`.trimEnd() + `\nheap limit ${heapMiB} MiB\n` + (await checkRuntime()) + '\n');
     });
 }
