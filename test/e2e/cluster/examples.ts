@@ -4,7 +4,7 @@ import { REPO_ROOT } from '../support/rigPaths.ts';
 import { CLUSTER_DIR } from './layout.ts';
 
 /** The annotation istiod's injector writes on a sidecar pod (CNI mode: `istio-validation`, not `istio-init`). */
-const SIDECAR_STATUS = JSON.stringify({
+export const SIDECAR_STATUS = JSON.stringify({
   initContainers: ['istio-validation'],
   containers: ['istio-proxy'],
   volumes: ['istio-envoy', 'istio-data', 'istio-podinfo', 'istio-token', 'istiod-ca-cert'],
