@@ -139,7 +139,9 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
     `--service-account-private-key-file=${pki.serviceAccountSigningKey}`,
     `--root-ca-file=${pki.caCert}`,
     `--service-cluster-ip-range=${SERVICE_CIDR}`,
-    '--use-service-account-credentials=false',
+    // Each controller acts as its own service account with its bootstrap role (the
+    // system:kube-controller-manager user alone may not run the DaemonSet or root-CA controllers).
+    '--use-service-account-credentials=true',
     '--profiling=false',
   ], join(dir, 'kube-controller-manager.log'), STOP_CONTROLLER_MANAGER));
   saveState(state);
