@@ -48,3 +48,4 @@ clean:
 
 include mk/e2e.mk
 include mk/image.mk
+include mk/cluster.mk

@@ -50,7 +50,7 @@ run_step() {
   local name="$1" key="$2" fn="$3"
   local stamp="$BIN/.$name.stamp"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
-    SUMMARY+=("$(printf '%-16s cached  (%s)' "$name" "$key")")
+    SUMMARY+=("$(printf '%-24s cached  (%s)' "$name" "$key")")
     return 0
   fi
   echo "==> building $name ($key)" >&2
@@ -58,7 +58,7 @@ run_step() {
   start="$(now)"
   if ! "$fn"; then
     echo "!!! $name failed to build" >&2
-    SUMMARY+=("$(printf '%-16s FAILED' "$name")")
+    SUMMARY+=("$(printf '%-24s FAILED' "$name")")
     print_summary
     exit 1
   fi
@@ -66,7 +66,7 @@ run_step() {
   echo "$key" >"$stamp"
   local took
   took="$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')"
-  SUMMARY+=("$(printf '%-16s %7ss (%s)' "$name" "$took" "$key")")
+  SUMMARY+=("$(printf '%-24s %7ss (%s)' "$name" "$took" "$key")")
   echo "$(date -u +%FT%TZ) $name $took $key" >>"$TIMES_FILE"
 }
 
@@ -107,8 +107,14 @@ EOF
     && "$GO" build -ldflags="$LDFLAGS" -o "$BIN/etcd" .)
 }
 
-build_kube_apiserver() {
+# The throwaway module every Kubernetes binary builds from. Written once per version; the build
+# cache then shares the compiled packages between the four binaries.
+prepare_kubernetes_module() {
   local dir="$WORK/kubernetes"
+  local key="$KUBERNETES_VERSION staging $STAGING_VERSION"
+  if [[ -f "$dir/.key" && "$(cat "$dir/.key")" == "$key" ]]; then
+    return 0
+  fi
   rm -rf "$dir" && mkdir -p "$dir"
   {
     echo "module e2e.rig/kubernetes"
@@ -124,15 +130,28 @@ build_kube_apiserver() {
     done
     echo ")"
   } >"$dir/go.mod"
+  (cd "$dir" && "$GO" get "k8s.io/kubernetes@$KUBERNETES_VERSION") && echo "$key" >"$dir/.key"
+}
+
+# build_kubernetes_binary NAME: k8s.io/kubernetes/cmd/NAME with the version stamped the way the
+# release build does (otherwise every binary reports v0.0.0-master).
+build_kubernetes_binary() {
+  local name="$1" dir="$WORK/kubernetes"
+  prepare_kubernetes_module || return 1
   local minor="${KUBERNETES_VERSION#v1.}"
   minor="${minor%%.*}"
   local x="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
   x+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   x+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
   x+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  (cd "$dir" && "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
-    && "$GO" build -ldflags="$LDFLAGS $x" -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  (cd "$dir" && "$GO" get "k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION" \
+    && "$GO" build -ldflags="$LDFLAGS $x" -o "$BIN/$name" "k8s.io/kubernetes/cmd/$name")
 }
+
+build_kube_apiserver() { build_kubernetes_binary kube-apiserver; }
+build_kube_controller_manager() { build_kubernetes_binary kube-controller-manager; }
+build_kube_scheduler() { build_kubernetes_binary kube-scheduler; }
+build_kubelet() { build_kubernetes_binary kubelet; }
 
 build_crictl() {
   "$GO" install -ldflags="$LDFLAGS -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
@@ -184,7 +203,12 @@ run_step etcd "$ETCD_VERSION" build_etcd
 run_step crictl "$CRI_TOOLS_VERSION" build_crictl
 run_step cnitool "$CNI_VERSION" build_cnitool
 run_step helm "$HELM_VERSION" build_helm
-run_step kube-apiserver "$KUBERNETES_VERSION staging $STAGING_VERSION" build_kube_apiserver
+kubernetes_key="$KUBERNETES_VERSION staging $STAGING_VERSION"
+run_step kube-apiserver "$kubernetes_key" build_kube_apiserver
+# The cluster of `make up` (and the e2e scenarios on it) adds these three.
+run_step kube-scheduler "$kubernetes_key" build_kube_scheduler
+run_step kube-controller-manager "$kubernetes_key" build_kube_controller_manager
+run_step kubelet "$kubernetes_key" build_kubelet
 TOTAL_END="$(now)"
-SUMMARY+=("$(printf '%-16s %7ss' total "$(awk -v s="$TOTAL_START" -v e="$TOTAL_END" 'BEGIN { printf "%.1f", e - s }')")")
+SUMMARY+=("$(printf '%-24s %7ss' total "$(awk -v s="$TOTAL_START" -v e="$TOTAL_END" 'BEGIN { printf "%.1f", e - s }')")")
 print_summary

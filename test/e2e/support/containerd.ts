@@ -63,7 +63,8 @@ function tomlString(value: string): string {
   return JSON.stringify(value);
 }
 
-function renderConfig(dir: string, socket: string, confDir: string, binDir: string, sandboxImage: string): string {
+/** containerd's config.toml for a rig runtime rooted at dir: CRI on, cgroupfs, CNI from confDir/binDir. */
+export function renderContainerdConfig(dir: string, socket: string, confDir: string, binDir: string, sandboxImage: string): string {
   const cri = 'plugins."io.containerd.grpc.v1.cri"';
   return [
     'version = 2',
@@ -108,7 +109,7 @@ export async function startContainerd(): Promise<Containerd> {
   for (const d of [cniConfDir, cniBinDir, sandboxDir]) mkdirSync(d, { recursive: true });
   const sandboxImage = pauseImageRef();
   const configPath = join(dir, 'config.toml');
-  writeFileSync(configPath, renderConfig(dir, socket, cniConfDir, cniBinDir, sandboxImage));
+  writeFileSync(configPath, renderContainerdConfig(dir, socket, cniConfDir, cniBinDir, sandboxImage));
   const crictlConfig = join(dir, 'crictl.yaml');
   writeFileSync(crictlConfig, `runtime-endpoint: unix://${socket}\nimage-endpoint: unix://${socket}\ntimeout: 60\n`);
 
@@ -177,7 +178,7 @@ export async function startContainerd(): Promise<Containerd> {
 }
 
 /** Shims outlive containerd when a sandbox survives; they carry our socket path on their command line. */
-async function killProcessesMentioning(dir: string): Promise<void> {
+export async function killProcessesMentioning(dir: string): Promise<void> {
   const { stdout } = await runCommand(['ps', '-eo', 'pid=,args=']);
   for (const line of stdout.split('\n')) {
     const match = /^\s*(\d+)\s+(.*)$/.exec(line);
@@ -193,7 +194,7 @@ async function killProcessesMentioning(dir: string): Promise<void> {
 }
 
 /** runc removes a container's cgroup but not the parents kubelet would own: remove them, deepest first, in every hierarchy. */
-function removeCgroupTree(name: string): void {
+export function removeCgroupTree(name: string): void {
   const hierarchies = readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((e) => e.isDirectory());
   for (const h of hierarchies) {
     const top = join('/sys/fs/cgroup', h.name, name);
@@ -210,7 +211,7 @@ function removeCgroupTree(name: string): void {
   }
 }
 
-async function unmountUnder(dir: string): Promise<void> {
+export async function unmountUnder(dir: string): Promise<void> {
   const mountPoints = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((line) => line.split(' ')[4])

@@ -12,10 +12,17 @@ export interface ClusterPki {
   serviceAccountSigningKey: string;
 }
 
+export interface ClusterPkiOptions {
+  /** IP addresses the API server's certificate is valid for besides 127.0.0.1 (its bind address, the Service IP). */
+  serverIps?: readonly string[];
+  /** Validity of every certificate; the e2e suites need hours, a `make up` cluster may live longer. */
+  days?: number;
+}
+
 const EC_KEY = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
 
 /** A throwaway CA, an API server serving certificate for loopback, and the service-account signing keys. */
-export async function makeClusterPki(dir: string): Promise<ClusterPki> {
+export async function makeClusterPki(dir: string, options: ClusterPkiOptions = {}): Promise<ClusterPki> {
   const pki: ClusterPki = {
     caCert: join(dir, 'ca.crt'),
     caKey: join(dir, 'ca.key'),
@@ -24,7 +31,7 @@ export async function makeClusterPki(dir: string): Promise<ClusterPki> {
     serviceAccountPublicKey: join(dir, 'sa.pub'),
     serviceAccountSigningKey: join(dir, 'sa.key'),
   };
-  await runCommand(['openssl', 'req', '-x509', ...EC_KEY, '-keyout', pki.caKey, '-out', pki.caCert, '-days', '2',
+  await runCommand(['openssl', 'req', '-x509', ...EC_KEY, '-keyout', pki.caKey, '-out', pki.caCert, '-days', String(options.days ?? 2),
     '-subj', '/CN=e2e-cluster-ca', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
   const csr = join(dir, 'apiserver.csr');
   const ext = join(dir, 'apiserver.ext');
@@ -33,13 +40,31 @@ export async function makeClusterPki(dir: string): Promise<ClusterPki> {
     'basicConstraints=critical,CA:FALSE',
     'keyUsage=critical,digitalSignature,keyEncipherment',
     'extendedKeyUsage=serverAuth',
-    'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local',
+    `subjectAltName=${['127.0.0.1', ...(options.serverIps ?? [])].map((ip) => `IP:${ip}`).join(',')},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local`,
     '',
   ].join('\n'));
   await runCommand(['openssl', 'x509', '-req', '-in', csr, '-CA', pki.caCert, '-CAkey', pki.caKey, '-CAcreateserial',
-    '-days', '2', '-extfile', ext, '-out', pki.servingCert]);
+    '-days', String(options.days ?? 2), '-extfile', ext, '-out', pki.servingCert]);
   const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   writeFileSync(pki.serviceAccountPublicKey, publicKey.export({ type: 'spki', format: 'pem' }));
   writeFileSync(pki.serviceAccountSigningKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
   return pki;
+}
+
+/** A client certificate signed by the cluster CA (`CN` = user, `O` = group); returns [cert, key]. */
+export async function makeClientCertificate(
+  pki: ClusterPki,
+  dir: string,
+  name: string,
+  subject: { user: string; group: string; days?: number },
+): Promise<[string, string]> {
+  const cert = join(dir, `${name}.crt`);
+  const key = join(dir, `${name}.key`);
+  const csr = join(dir, `${name}.csr`);
+  const ext = join(dir, `${name}.ext`);
+  await runCommand(['openssl', 'req', '-new', ...EC_KEY, '-keyout', key, '-out', csr, '-subj', `/O=${subject.group}/CN=${subject.user}`]);
+  writeFileSync(ext, ['basicConstraints=critical,CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment', 'extendedKeyUsage=clientAuth', ''].join('\n'));
+  await runCommand(['openssl', 'x509', '-req', '-in', csr, '-CA', pki.caCert, '-CAkey', pki.caKey, '-CAcreateserial',
+    '-days', String(subject.days ?? 2), '-extfile', ext, '-out', cert]);
+  return [cert, key];
 }

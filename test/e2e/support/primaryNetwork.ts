@@ -21,6 +21,8 @@ export interface PrimaryNetworkOptions {
   bridge?: string;
   subnet?: string;
   fileName?: string;
+  /** Masquerade traffic leaving the subnet (default true); a routed multi-node cluster turns it off. */
+  ipMasq?: boolean;
 }
 
 export const REFERENCE_PLUGINS = ['bridge', 'host-local', 'portmap', 'loopback'] as const;
@@ -41,7 +43,7 @@ export function writePrimaryNetwork(options: PrimaryNetworkOptions): PrimaryNetw
         type: 'bridge',
         bridge,
         isGateway: true,
-        ipMasq: true,
+        ipMasq: options.ipMasq ?? true,
         hairpinMode: true,
         ipam: { type: 'host-local', ranges: [[{ subnet }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: options.ipamDataDir },
       },

@@ -7,7 +7,16 @@ export const RIG_BIN = join(RIG_CACHE, 'bin');
 /** Debian's reference CNI plugins: the primary network every e2e pod joins. */
 export const REFERENCE_PLUGIN_DIR = '/usr/lib/cni';
 
-export type RigBinary = 'etcd' | 'kube-apiserver' | 'crictl' | 'cnitool' | 'helm' | 'pause-image.tar';
+export type RigBinary =
+  | 'etcd'
+  | 'kube-apiserver'
+  | 'kube-controller-manager'
+  | 'kube-scheduler'
+  | 'kubelet'
+  | 'crictl'
+  | 'cnitool'
+  | 'helm'
+  | 'pause-image.tar';
 
 /** The path of a rig artefact built by `test/e2e/rig/build.sh`; fails naming the fix when it is missing. */
 export function rigBinary(name: RigBinary): string {

@@ -1,0 +1,46 @@
+import { join } from 'node:path';
+import { REPO_ROOT } from '../support/rigPaths.ts';
+
+/** Everything `make up` creates on disk lives here (git-ignored); `make down` removes it. */
+export const CLUSTER_DIR = join(REPO_ROOT, '.cluster');
+export const STATE_FILE = join(CLUSTER_DIR, 'state.json');
+export const KUBECONFIG_FILE = join(CLUSTER_DIR, 'kubeconfig');
+
+// The node network: a host bridge carrying the control plane's address, one veth per node.
+export const NODE_BRIDGE = 'istiocni-nodes';
+export const CONTROL_PLANE_IP = '10.241.0.1';
+export const NODE_NETWORK_PREFIX = 24;
+export const APISERVER_PORT = 6443;
+export const SERVICE_CIDR = '10.96.0.0/16';
+/** The `kubernetes` Service's ClusterIP; without kube-proxy each node DNATs it to the API server. */
+export const KUBERNETES_SERVICE_IP = '10.96.0.1';
+export const CLUSTER_CIDR = '10.242.0.0/16';
+export const MAX_NODES = 9;
+
+export interface NodeLayout {
+  index: number;
+  name: string;
+  /** The node's network namespace (`/run/netns/<netns>`). */
+  netns: string;
+  /** The host end of the node's veth, on NODE_BRIDGE. */
+  hostVeth: string;
+  ip: string;
+  podCidr: string;
+  dir: string;
+  /** kubelet's cgroupRoot, created in every cgroup hierarchy before kubelet starts. */
+  cgroupRoot: string;
+}
+
+export function nodeLayout(index: number): NodeLayout {
+  const name = `node-${index}`;
+  return {
+    index,
+    name,
+    netns: `istio-cni-${name}`,
+    hostVeth: `icn-${name}`,
+    ip: `10.241.0.${10 + index}`,
+    podCidr: `10.242.${index}.0/24`,
+    dir: join(CLUSTER_DIR, name),
+    cgroupRoot: `istio-cni-cluster-${name}`,
+  };
+}

@@ -1,0 +1,128 @@
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
+import { REPO_ROOT, rigBinary, type RigBinary } from '../support/rigPaths.ts';
+import { runCommand } from '../support/runCommand.ts';
+import { startControlPlane, type ControlPlane } from './controlPlane.ts';
+import { CLUSTER_DIR, KUBECONFIG_FILE, MAX_NODES, nodeLayout } from './layout.ts';
+import { createNodeBridge, createNodeNetns, routePodCidrs } from './network.ts';
+import { startNode, waitNodeReady, type RunningNode } from './node.ts';
+import { writeBusyboxImage } from './ociImage.ts';
+import { emptyState, loadState, saveState } from './state.ts';
+
+/** Debian's busybox-static, imported into every node: the workload image of examples and e2e pods. */
+export const WORKLOAD_IMAGE = 'localhost/istio-cni-cluster/busybox:v1';
+export const DAEMONSET = 'istio-cni-node';
+
+export interface LocalClusterOptions {
+  nodes: number;
+  /** The node image reference the chart runs (it must be the name the archive imports as). */
+  image: string;
+  /** An OCI image archive holding `image`. */
+  imageTar: string;
+  /** Extra chart values, `key=value`. */
+  chartSet?: readonly string[];
+  log?: (line: string) => void;
+}
+
+export interface LocalCluster {
+  controlPlane: ControlPlane;
+  nodes: RunningNode[];
+  kubeconfig: string;
+}
+
+/**
+ * Brings the cluster up and installs the chart; throws (leaving `.cluster/state.json` for `make
+ * down`) when any step fails.
+ */
+export async function bringUp(options: LocalClusterOptions): Promise<LocalCluster> {
+  const log = options.log ?? (() => {});
+  const { image, imageTar } = options;
+  if (!Number.isInteger(options.nodes) || options.nodes < 1 || options.nodes > MAX_NODES) {
+    throw new Error(`NODES must be 1..${MAX_NODES}, not ${options.nodes}`);
+  }
+  if (loadState() !== undefined) throw new Error(`a cluster is up (${relative(REPO_ROOT, CLUSTER_DIR)}/state.json): run \`make down\` first`);
+  if (process.getuid?.() !== 0) throw new Error('the cluster needs root (network namespaces, mounts, cgroups, containerd)');
+  if (!existsSync(imageTar)) throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_TAR)`);
+  const needed: RigBinary[] = ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet', 'crictl', 'helm', 'pause-image.tar'];
+  for (const b of needed) rigBinary(b);
+
+  const state = emptyState();
+  saveState(state);
+  const nodes = Array.from({ length: options.nodes }, (_, i) => nodeLayout(i + 1));
+  log(`node network (${nodes.map((n) => `${n.name} ${n.ip} pods ${n.podCidr}`).join(', ')})`);
+  await createNodeBridge(state);
+  for (const node of nodes) await createNodeNetns(state, node);
+  await routePodCidrs(nodes);
+
+  log('control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)');
+  const controlPlane = await startControlPlane(state, nodes);
+
+  const imagesDir = join(CLUSTER_DIR, 'images');
+  mkdirSync(imagesDir, { recursive: true });
+  const workloadTar = join(imagesDir, 'busybox.oci.tar');
+  await writeBusyboxImage(WORKLOAD_IMAGE, workloadTar);
+
+  const running: RunningNode[] = [];
+  for (const node of nodes) {
+    log(`${node.name}: containerd (importing ${relative(REPO_ROOT, imageTar)}, the pause and workload images), kubelet`);
+    running.push(await startNode(state, node, controlPlane, [imageTar, workloadTar]));
+  }
+  for (const node of running) {
+    await requireImage(node, image, imageTar);
+    await waitNodeReady(controlPlane, node);
+  }
+  log(`${options.nodes} node(s) Ready`);
+
+  log(`helm install ${RELEASE_NAME} (${relative(REPO_ROOT, CHART_DIR)}) with ${image}, pullPolicy Never`);
+  await helmInstall(image, options.chartSet ?? []);
+  await waitDaemonSetReady(controlPlane, options.nodes);
+  return { controlPlane, nodes: running, kubeconfig: KUBECONFIG_FILE };
+}
+
+/** `ctr import` names the image from the archive; the chart must find it under exactly `ref`. */
+async function requireImage(node: RunningNode, ref: string, imageTar: string): Promise<void> {
+  const listed = await runCommand(['ctr', '--address', node.containerdSocket, '--namespace', 'k8s.io', 'images', 'ls', '-q']);
+  const refs = listed.stdout.split('\n').filter(Boolean);
+  // containerd spells a bare Docker Hub reference in full.
+  if (!refs.includes(ref) && !refs.includes(`docker.io/${ref}`)) {
+    const names = refs.filter((r) => !r.startsWith('sha256:')).join(', ');
+    throw new Error(`${node.layout.name}: ${relative(REPO_ROOT, imageTar)} did not import as ${ref} (images: ${names}); set IMAGE to its name`);
+  }
+}
+
+async function helmInstall(ref: string, extraSet: readonly string[]): Promise<void> {
+  const helmHome = join(CLUSTER_DIR, 'helm');
+  const env = {
+    ...process.env,
+    KUBECONFIG: KUBECONFIG_FILE,
+    HELM_CACHE_HOME: join(helmHome, 'cache'),
+    HELM_CONFIG_HOME: join(helmHome, 'config'),
+    HELM_DATA_HOME: join(helmHome, 'data'),
+  };
+  const sets = [`image=${ref}`, 'pullPolicy=Never', ...extraSet].flatMap((s) => ['--set', s]);
+  await runCommand([rigBinary('helm'), 'install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets],
+    { env, timeoutMs: 120_000 });
+}
+
+interface DaemonSetStatus {
+  metadata: { generation?: number };
+  status?: { observedGeneration?: number; desiredNumberScheduled?: number; numberReady?: number; updatedNumberScheduled?: number };
+}
+
+export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: number, timeoutMs = 300_000): Promise<void> {
+  const path = `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ds = await controlPlane.api.must<DaemonSetStatus>('GET', path);
+    const s = ds.status ?? {};
+    const current = (s.observedGeneration ?? 0) >= (ds.metadata.generation ?? 1);
+    if (current && s.desiredNumberScheduled === expected && s.numberReady === expected && s.updatedNumberScheduled === expected) return;
+    if (Date.now() > deadline) {
+      const pods = await controlPlane.api.request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`);
+      const events = await controlPlane.api.request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/events`);
+      throw new Error(`DaemonSet ${DAEMONSET} not Ready (${JSON.stringify(s)})\npods: ${pods.text.slice(0, 4000)}\nevents: ${events.text.slice(0, 4000)}`);
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}

@@ -1,0 +1,240 @@
+import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { renderContainerdConfig } from '../support/containerd.ts';
+import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
+import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
+import { runCommand } from '../support/runCommand.ts';
+import type { ControlPlane } from './controlPlane.ts';
+import { startDetached, waitForDetached } from './detached.ts';
+import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, type NodeLayout } from './layout.ts';
+import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
+
+const STOP_KUBELET = 0;
+const STOP_CONTAINERD = 1;
+const STOP_HOLDER = 5;
+
+/**
+ * Host paths the chart's DaemonSet mounts, each replaced in the node's mount namespace by a
+ * directory of the node's own: two nodes on one machine must not share a CNI config or socket dir.
+ */
+const NODE_PRIVATE_PATHS = [
+  { hostPath: '/etc/cni/net.d', nodeDir: 'cni/net.d' },
+  { hostPath: '/opt/cni/bin', nodeDir: 'cni/bin' },
+  { hostPath: '/run/istio-cni', nodeDir: 'run/istio-cni' },
+] as const;
+
+/**
+ * Host-wide sysctls kubelet sets at start (its "kernel tunables": vm.overcommit_memory=1,
+ * kernel.panic=10, …); their values before are recorded so `make down` puts them back.
+ */
+export const KUBELET_KERNEL_TUNABLES = [
+  'vm/overcommit_memory',
+  'vm/panic_on_oom',
+  'kernel/panic',
+  'kernel/panic_on_oops',
+  'kernel/keys/root_maxkeys',
+  'kernel/keys/root_maxbytes',
+] as const;
+
+export interface RunningNode {
+  layout: NodeLayout;
+  /** The long-lived process holding the node's mount namespace (in the node's netns). */
+  holder: ProcessRecord;
+  containerd: ProcessRecord;
+  kubelet: ProcessRecord;
+  containerdSocket: string;
+  crictl(args: readonly string[]): Promise<string>;
+}
+
+/** Runs argv in the node's mount and network namespaces. */
+export function inNode(holderPid: number, argv: readonly string[]): string[] {
+  return ['nsenter', '-t', String(holderPid), '-m', '-n', '--', ...argv];
+}
+
+/**
+ * One node: its mount namespace (held by a sleeping process) inside its netns, containerd and kubelet
+ * entered into both, so kubelet's volume mounts are the ones runc sees. Returns once kubelet runs;
+ * `waitNodeReady` waits for registration.
+ */
+export async function startNode(
+  state: ClusterState,
+  node: NodeLayout,
+  controlPlane: ControlPlane,
+  imageTars: readonly string[],
+): Promise<RunningNode> {
+  const logs = join(node.dir, 'logs');
+  for (const d of [logs, ...NODE_PRIVATE_PATHS.map((p) => join(node.dir, p.nodeDir))]) mkdirSync(d, { recursive: true });
+
+  const holder = startDetached(`${node.name} namespaces`, [
+    'unshare', '--mount', '--propagation', 'slave', '--',
+    'nsenter', `--net=/run/netns/${node.netns}`, '--',
+    'sleep', 'infinity',
+  ], join(logs, 'holder.log'), STOP_HOLDER);
+  state.processes.push(holder);
+  saveState(state);
+  const netnsLink = `net:[${statSync(`/run/netns/${node.netns}`).ino}]`;
+  await waitForDetached(`${node.name} netns entered`, holder, async () =>
+    (readlinkSync(`/proc/${holder.pid}/ns/net`) === netnsLink ? true : undefined), 10_000);
+  const mountNs = ['nsenter', '-t', String(holder.pid), '-m', '--'];
+  for (const { hostPath, nodeDir } of NODE_PRIVATE_PATHS) {
+    ensureHostDir(state, hostPath);
+    await runCommand([...mountNs, 'mount', '--bind', join(node.dir, nodeDir), hostPath]);
+  }
+  // Pod netns bind mounts stay in the node's namespace and go with it.
+  await runCommand([...mountNs, 'mount', '-t', 'tmpfs', '-o', 'mode=0755', 'tmpfs', '/run/netns']);
+
+  createCgroupRoot(state, node.cgroupRoot);
+
+  writePrimaryNetwork({
+    confDir: join(node.dir, 'cni/net.d'),
+    binDir: join(node.dir, 'cni/bin'),
+    ipamDataDir: join(node.dir, 'cni/ipam'),
+    name: 'cluster-pods',
+    bridge: 'cni0',
+    subnet: node.podCidr,
+    fileName: '10-bridge.conflist',
+    ipMasq: false,
+  });
+
+  // Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods).
+  for (const chain of ['PREROUTING', 'OUTPUT']) {
+    await runCommand(inNode(holder.pid, ['iptables', '-w', '-t', 'nat', '-A', chain, '-d', `${KUBERNETES_SERVICE_IP}/32`, '-p', 'tcp',
+      '--dport', '443', '-j', 'DNAT', '--to-destination', `${CONTROL_PLANE_IP}:${APISERVER_PORT}`]));
+  }
+
+  const containerdDir = join(node.dir, 'containerd');
+  mkdirSync(containerdDir, { recursive: true });
+  const containerdSocket = join(containerdDir, 'containerd.sock');
+  const containerdConfig = join(containerdDir, 'config.toml');
+  writeFileSync(containerdConfig, renderContainerdConfig(containerdDir, containerdSocket, '/etc/cni/net.d', '/opt/cni/bin', pauseImageRef()));
+  state.runtimes.push({ socket: containerdSocket, dir: containerdDir });
+  const containerd = startDetached(`${node.name} containerd`, inNode(holder.pid, ['containerd', '--config', containerdConfig]),
+    join(logs, 'containerd.log'), STOP_CONTAINERD);
+  state.processes.push(containerd);
+  saveState(state);
+  const crictlConfig = join(containerdDir, 'crictl.yaml');
+  writeFileSync(crictlConfig, `runtime-endpoint: unix://${containerdSocket}\nimage-endpoint: unix://${containerdSocket}\ntimeout: 60\n`);
+  const crictl = async (args: readonly string[]) =>
+    (await runCommand([rigBinary('crictl'), '--config', crictlConfig, ...args], { timeoutMs: 90_000 })).stdout;
+  await waitForDetached(`${node.name} containerd CRI`, containerd, async () =>
+    ((await crictl(['version'])).includes('RuntimeName') ? true : undefined), 60_000);
+  for (const tar of [rigBinary('pause-image.tar'), ...imageTars]) {
+    await runCommand(['ctr', '--address', containerdSocket, '--namespace', 'k8s.io', 'images', 'import', tar], { timeoutMs: 600_000 });
+  }
+
+  const kubelet = startKubelet(state, node, controlPlane, holder, containerdSocket);
+  return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
+}
+
+function startKubelet(state: ClusterState, node: NodeLayout, controlPlane: ControlPlane, holder: ProcessRecord, containerdSocket: string): ProcessRecord {
+  if (Object.keys(state.sysctls).length === 0) {
+    for (const key of KUBELET_KERNEL_TUNABLES) state.sysctls[key] = readFileSync(`/proc/sys/${key}`, 'utf8').trim();
+    saveState(state);
+  }
+  const dir = join(node.dir, 'kubelet');
+  for (const d of ['root', 'pki', 'pod-logs', 'volume-plugins']) mkdirSync(join(dir, d), { recursive: true });
+  const resolvConf = join(dir, 'resolv.conf');
+  // No cluster DNS runs; pods get an empty resolver configuration rather than the host's.
+  writeFileSync(resolvConf, '# no cluster DNS\n');
+  const kubeconfig = join(dir, 'kubelet.kubeconfig');
+  const token = controlPlane.nodeTokens.get(node.name);
+  if (token === undefined) throw new Error(`no kubelet token for ${node.name}`);
+  controlPlane.writeKubeconfig(kubeconfig, token);
+  const config = {
+    apiVersion: 'kubelet.config.k8s.io/v1beta1',
+    kind: 'KubeletConfiguration',
+    containerRuntimeEndpoint: `unix://${containerdSocket}`,
+    // The rig's containerd runs runc with cgroupfs; this machine has cgroup v1 (hybrid) and no systemd.
+    cgroupDriver: 'cgroupfs',
+    cgroupRoot: `/${node.cgroupRoot}`,
+    failCgroupV1: false,
+    failSwapOn: false,
+    // No kube-proxy; the chains would only clutter the node's netns.
+    makeIPTablesUtilChains: false,
+    podLogsDir: join(dir, 'pod-logs'),
+    volumePluginDir: join(dir, 'volume-plugins'),
+    resolvConf,
+    clusterDomain: 'cluster.local',
+    address: node.ip,
+    port: 10250,
+    readOnlyPort: 0,
+    healthzBindAddress: '127.0.0.1',
+    healthzPort: 10248,
+    authentication: {
+      anonymous: { enabled: false },
+      webhook: { enabled: true },
+      x509: { clientCAFile: controlPlane.pki.caCert },
+    },
+    authorization: { mode: 'Webhook' },
+    // The node image is imported, never pulled (pullPolicy Never): image GC must not delete it, and a
+    // busy shared disk must not evict the DaemonSet.
+    imageGCHighThresholdPercent: 100,
+    imageGCLowThresholdPercent: 99,
+    evictionHard: { 'memory.available': '100Mi', 'nodefs.available': '1%', 'imagefs.available': '1%', 'nodefs.inodesFree': '1%' },
+    rotateCertificates: false,
+    serializeImagePulls: false,
+  };
+  const configPath = join(dir, 'kubelet.yaml');
+  writeFileSync(configPath, `${JSON.stringify(config, null, 2)}\n`);
+  const kubelet = startDetached(`${node.name} kubelet`, inNode(holder.pid, [
+    rigBinary('kubelet'),
+    `--config=${configPath}`,
+    `--kubeconfig=${kubeconfig}`,
+    `--root-dir=${join(dir, 'root')}`,
+    `--cert-dir=${join(dir, 'pki')}`,
+    `--hostname-override=${node.name}`,
+    `--node-ip=${node.ip}`,
+  ]), join(node.dir, 'logs/kubelet.log'), STOP_KUBELET);
+  state.processes.push(kubelet);
+  saveState(state);
+  return kubelet;
+}
+
+/** Resolves once the Node is registered and Ready; records its pod CIDR on it (informational: the bridge conflist already routes it). */
+export async function waitNodeReady(controlPlane: ControlPlane, node: RunningNode, timeoutMs = 180_000): Promise<void> {
+  const path = `/api/v1/nodes/${node.layout.name}`;
+  await waitForDetached(`Node ${node.layout.name} Ready`, node.kubelet, async () => {
+    const res = await controlPlane.api.request<{ status?: { conditions?: { type: string; status: string }[] } }>('GET', path);
+    if (res.status !== 200) return undefined;
+    return res.body.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true ? true : undefined;
+  }, timeoutMs);
+  await controlPlane.api.must('PATCH', path, { spec: { podCIDR: node.layout.podCidr, podCIDRs: [node.layout.podCidr] } },
+    { contentType: 'application/merge-patch+json' });
+}
+
+/** Creates path (and missing parents) on the host as an empty mount point, recording what it created. */
+function ensureHostDir(state: ClusterState, path: string): void {
+  const missing: string[] = [];
+  for (let p = path; !existsSync(p); p = dirname(p)) missing.unshift(p);
+  for (const p of missing) {
+    mkdirSync(p);
+    state.hostDirs.push(p);
+    saveState(state);
+  }
+}
+
+/** The mounted cgroup hierarchies (v1 controllers, v1 named, the hybrid unified one). */
+export function cgroupHierarchies(): string[] {
+  const hierarchies: string[] = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const [mountFields, superFields] = line.split(' - ');
+    const fsType = superFields?.split(' ')[0];
+    const mountPoint = mountFields?.split(' ')[4];
+    if ((fsType === 'cgroup' || fsType === 'cgroup2') && mountPoint?.startsWith('/sys/fs/cgroup/') === true) hierarchies.push(mountPoint);
+  }
+  return hierarchies;
+}
+
+/** kubelet's cgroupRoot must exist in every hierarchy before it starts. */
+function createCgroupRoot(state: ClusterState, name: string): void {
+  state.cgroups.push(name);
+  saveState(state);
+  for (const hierarchy of cgroupHierarchies()) {
+    const dir = join(hierarchy, name);
+    if (!existsSync(dir)) mkdirSync(dir);
+    // A new v1 cpuset starts with no CPUs or memory nodes; give it the parent's.
+    for (const file of ['cpuset.cpus', 'cpuset.mems']) {
+      if (existsSync(join(hierarchy, file))) writeFileSync(join(dir, file), readFileSync(join(hierarchy, file)));
+    }
+  }
+}
