@@ -165,21 +165,27 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     const plainPodsPerSecond = BURST / (Number(process.hrtime.bigint() - plainStarted) / 1e9);
     const burst = await prepare(node, rig, sequential.length, BURST);
     const rss = watchPeakRss(pid);
-    const started = process.hrtime.bigint();
-    await Promise.all(burst.map((a) => timeProcess([PLUGIN], a.env, a.stdin)));
-    const burstWallMs = Number(process.hrtime.bigint() - started) / 1e6;
-    assertEnrolled(rig, zt, burst);
-    const podsPerSecond = BURST / (burstWallMs / 1000);
-
-    // 3. Memory with RSS_PODS enrolled (the rest enrolled in bursts of 50, not timed).
+    let peakKiB: number;
+    let burstWallMs: number;
     let enrolled = sequential.length + burst.length;
-    while (enrolled < RSS_PODS) {
-      const more = await prepare(node, rig, enrolled, Math.min(50, RSS_PODS - enrolled));
-      await Promise.all(more.map((a) => timeProcess([PLUGIN], a.env, a.stdin)));
-      assertEnrolled(rig, zt, more);
-      enrolled += more.length;
+    try {
+      const started = process.hrtime.bigint();
+      await Promise.all(burst.map((a) => timeProcess([PLUGIN], a.env, a.stdin)));
+      burstWallMs = Number(process.hrtime.bigint() - started) / 1e6;
+      assertEnrolled(rig, zt, burst);
+
+      // 3. Memory with RSS_PODS enrolled (the rest enrolled in bursts of 50, not timed).
+      while (enrolled < RSS_PODS) {
+        const more = await prepare(node, rig, enrolled, Math.min(50, RSS_PODS - enrolled));
+        await Promise.all(more.map((a) => timeProcess([PLUGIN], a.env, a.stdin)));
+        assertEnrolled(rig, zt, more);
+        enrolled += more.length;
+      }
+    } finally {
+      // Stopped on failure too: a sampling interval left running keeps the process alive.
+      peakKiB = rss.stop().peakKiB;
     }
-    const { peakKiB } = rss.stop();
+    const podsPerSecond = BURST / (burstWallMs / 1000);
     // Let the enrolment garbage go before sampling the steady state.
     await new Promise((r) => setTimeout(r, 2000));
     const rssKiB = readRssKiB(pid);

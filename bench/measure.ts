@@ -36,23 +36,56 @@ export class ProcessFailed extends Error {
   }
 }
 
-/** Wall time of one process run, from spawn to exit, in milliseconds. Fails on a non-zero exit with the CNI error it printed. */
-export function timeProcess(argv: string[], env: NodeJS.ProcessEnv, stdin = ''): Promise<number> {
+/** No process run by a benchmark may take longer than this (a CNI ADD has kubelet's own 4 min). */
+export const PROCESS_TIMEOUT_MS = 60_000;
+
+/**
+ * Wall time of one process run, from spawn to exit, in milliseconds. Fails on a non-zero exit with
+ * the CNI error it printed, and kills the process and fails when it runs past `timeoutMs`.
+ */
+export function timeProcess(argv: string[], env: NodeJS.ProcessEnv, stdin = '', timeoutMs = PROCESS_TIMEOUT_MS): Promise<number> {
   return new Promise((resolve, reject) => {
     const start = process.hrtime.bigint();
     const child = spawn(argv[0] as string, argv.slice(1), { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stderr = '';
     let stdout = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new ProcessFailed(`${argv.join(' ')} timed out after ${timeoutMs} ms: ${stderr}`, stdout));
+    }, timeoutMs);
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.on('error', reject);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
     child.on('close', (code) => {
+      clearTimeout(timer);
       const ms = Number(process.hrtime.bigint() - start) / 1e6;
       if (code === 0) resolve(ms);
       else reject(new ProcessFailed(`${argv.join(' ')} exited ${code}: ${stderr}`, stdout));
     });
+    child.stdin.on('error', () => {}); // the process may exit before reading everything
     child.stdin.end(stdin);
   });
+}
+
+/** Thrown by {@link bounded} when a step runs past its time. */
+export class StepTimeout extends Error {
+  override name = 'StepTimeout';
+}
+
+/** Runs `fn`, failing with a message naming `step` when it has not settled after `timeoutMs`. */
+export async function bounded<T>(step: string, timeoutMs: number, fn: () => Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new StepTimeout(`${step}: did not finish within ${timeoutMs / 1000} s`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([fn(), expired]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**

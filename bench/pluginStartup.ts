@@ -16,8 +16,9 @@ export async function benchPluginStartup(runs: number): Promise<void> {
   api.upsertPod({ metadata: { name: 'bench-0', namespace: 'default' }, spec: { nodeName: 'test-node', containers: [{ name: 'app' }] } });
   const kubeconfig = join(root.dir, 'agent-kubeconfig');
   api.writeKubeconfig(kubeconfig);
-  const daemon = await startDaemon(root, { KUBECONFIG: kubeconfig });
+  let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined;
   try {
+    daemon = await startDaemon(root, { KUBECONFIG: kubeconfig });
     const addEnv = {
       ...PATH_ENV,
       CNI_COMMAND: 'ADD',
@@ -51,7 +52,8 @@ export async function benchPluginStartup(runs: number): Promise<void> {
       `build/install-cni.cjs ${kib(join(REPO_ROOT, 'build/install-cni.cjs'))}; ` +
       `executables ${PLUGIN} ${kib(PLUGIN)}, ${DAEMON} ${kib(DAEMON)}`);
   } finally {
-    await daemon.stop();
+    // A daemon that failed to start must not leave the fake API listening.
+    await daemon?.stop();
     await api.close();
     root.remove();
   }

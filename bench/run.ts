@@ -1,33 +1,45 @@
 /**
  * `make bench`: every figure is a ratio against a baseline measured in the same run, or an
- * absolute count (bytes, RSS). RUNS (default 30) sets the samples per scenario.
+ * absolute count (bytes, RSS). RUNS (default 30) sets the samples per scenario. Every step is
+ * bounded in time and fails with a message naming it instead of hanging.
  */
 import { benchAmbient } from './ambient.ts';
 import { benchApplySidecarRules } from './applySidecarRules.ts';
 import { benchInstaller } from './installer.ts';
+import { bounded } from './measure.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
+import { benchRobustness } from './robustness.ts';
 import { benchSidecarAdd } from './sidecarAdd.ts';
 
 const runs = Number.parseInt(process.env.RUNS ?? '30', 10);
+const MINUTE = 60_000;
 console.log(`# istio-cni benchmarks (Node ${process.version}, ${runs} runs per scenario, ${new Date().toISOString()})`);
 
-await benchPluginStartup(runs);
+await bounded('bench: plugin start-up', 10 * MINUTE, () => benchPluginStartup(runs));
 
 if (process.getuid?.() === 0) {
-  const samples = await benchApplySidecarRules(runs);
+  const samples = await bounded('bench: sidecar rules applied into a fresh netns', 10 * MINUTE, () => benchApplySidecarRules(runs));
   console.log('\n## Default sidecar rule set applied into a fresh netns (vs bare `nsenter --net=<netns> true`)\n');
   console.log('| backend | runs | apply median ms | nsenter median ms | ratio |');
   console.log('|---|---:|---:|---:|---:|');
   for (const s of samples) {
     console.log(`| ${s.backend} | ${s.runs} | ${s.applyMedianMs.toFixed(1)} | ${s.nsenterMedianMs.toFixed(1)} | ${s.ratio.toFixed(2)} |`);
   }
-  await benchSidecarAdd(runs);
-  await benchAmbient(runs);
+  await bounded('bench: end-to-end sidecar ADD', 10 * MINUTE, () => benchSidecarAdd(runs));
+  await bounded('bench: ambient enrolment', 15 * MINUTE, () => benchAmbient(runs));
+  await bounded('bench: robustness under API faults', 15 * MINUTE, () => benchRobustness());
 } else {
   console.log('\n(skipping netns benchmarks: not root)');
 }
 
-const installer = await benchInstaller({ rewrites: 100 });
+const installer = await bounded('bench: installer re-insert', 5 * MINUTE, () => benchInstaller({ rewrites: 100 }));
 console.log('\n## Installer: re-insert after the primary conflist is rewritten without our entry\n');
 console.log(`rewrites ${installer.rewrites}: median ${installer.reinsertMedianMs.toFixed(1)} ms, p99 ${installer.reinsertP99Ms.toFixed(1)} ms`);
 console.log(`a pass over an unchanged node wrote ${installer.unchangedPassBytes} bytes to ${installer.unchangedPassFiles} files`);
+
+// Everything was closed above, so the process ends by itself. If something still holds the event
+// loop open after a grace period, it is named here and the run exits instead of hanging.
+setTimeout(() => {
+  console.error(`bench: finished, but still holding ${process.getActiveResourcesInfo().join(', ')}; exiting`);
+  process.exit(process.exitCode ?? 0);
+}, 5_000).unref();

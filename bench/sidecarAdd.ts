@@ -99,10 +99,16 @@ export async function benchSidecarAdd(runs: number): Promise<void> {
     const idleKiB = readRssKiB(pid);
     const podGetsBefore = rig.api.requests.filter((r) => r.startsWith(`GET /api/v1/namespaces/${NAMESPACE}/pods/`)).length;
     const rss = watchPeakRss(pid);
-    const started = process.hrtime.bigint();
-    await Promise.all(burst.map((p) => timeProcess([PLUGIN], p.env, p.stdin)));
-    const wallMs = Number(process.hrtime.bigint() - started) / 1e6;
-    const { peakKiB } = rss.stop();
+    let wallMs: number;
+    let peakKiB: number;
+    try {
+      const started = process.hrtime.bigint();
+      await Promise.all(burst.map((p) => timeProcess([PLUGIN], p.env, p.stdin)));
+      wallMs = Number(process.hrtime.bigint() - started) / 1e6;
+    } finally {
+      // Stopped on failure too: a sampling interval left running keeps the process alive.
+      peakKiB = rss.stop().peakKiB;
+    }
     await assertProgrammed(burst);
     const podGets = rig.api.requests.filter((r) => r.startsWith(`GET /api/v1/namespaces/${NAMESPACE}/pods/`)).length - podGetsBefore;
     console.log(`\n## ${CONCURRENT} concurrent sidecar ADDs (each into its own fresh netns)\n`);

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createAmbientNode, ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
-import { duplicates, iptablesRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
+import { duplicates, iptablesRuleLines, nftRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
 import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
 import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
@@ -33,21 +33,6 @@ const backends = [
   { name: 'iptables', env: {}, sets: 'ipset' },
   { name: 'nftables', env: { NATIVE_NFTABLES: 'true' }, sets: 'nft' },
 ] as const;
-
-/** Rule lines of an nft ruleset dump, each prefixed with its table and chain (for duplicate checks). */
-function nftRuleLines(dump: string): string[] {
-  const out: string[] = [];
-  let table = '';
-  let chain = '';
-  const nft = dump.slice(Math.max(0, dump.indexOf('== nft list ruleset')));
-  for (const raw of nft.split('\n').slice(1)) {
-    const line = raw.trim();
-    if (line.startsWith('table ')) table = line;
-    else if (line.startsWith('chain ')) chain = line;
-    else if (line !== '}' && !line.startsWith('type ') && !line.startsWith('set ') && !line.startsWith('elements') && !line.startsWith('flags') && line !== '') out.push(`${table} ${chain} ${line}`);
-  }
-  return out;
-}
 
 for (const backend of backends) describe(`ambient agent: ztunnel reconnects, kill -9 and restart, namespace unlabel [${backend.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
   let kubelet: FakeKubelet | undefined;

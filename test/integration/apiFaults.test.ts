@@ -2,16 +2,20 @@
  * (root, real kernel) The daemon and the plugin behind a fault-injecting proxy in front of the
  * API: idle connections closed by the server at the moment of reuse, a 100-pod sidecar burst
  * while the proxy resets 10 % of requests (half after the server acted), answers 5 % with 429
- * `Retry-After: 1` and 5 % with 503, and an API server restart mid-burst. Every ADD ends 0 or 11
- * (never 999); after kubelet-style retries of the 11s every pod is captured, once.
+ * `Retry-After: 1` and 5 % with 503, an API server restart mid-burst, and the plugin's degraded
+ * mode (agent down) reading pods through the same faults. Watch events are held back during each
+ * burst, so the pods are not in the daemon's cache and it reads each one directly: the faults hit
+ * those reads. Every ADD ends 0 or 11 (never 999); after kubelet-style retries of the 11s every
+ * pod is captured, once.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { addPodNetns, type PodNetns } from '../support/addPodNetns.ts';
 import type { ExecResult } from '../support/execPlugin.ts';
-import { duplicates, iptablesRuleLines } from '../support/ambientNodeState.ts';
+import { duplicates, iptablesRuleLines, nftRuleLines } from '../support/ambientNodeState.ts';
 import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
 import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
+import type { FaultCounts } from '../support/faultProxy.ts';
 import { notRootSkip } from '../support/podNetworkFixture.ts';
 import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
 
@@ -20,10 +24,13 @@ const TRY_AGAIN = 11;
 const KUBELET_RETRIES = 10;
 
 const variants: { name: string; env: Record<string, string> }[] = [
-  { name: 'iptables backend as detected', env: {} },
+  { name: 'iptables-nft', env: { FORCE_IPTABLES_BINARY: 'nft' } },
   { name: 'iptables-legacy', env: { FORCE_IPTABLES_BINARY: 'legacy' } },
   { name: 'native nftables', env: { NATIVE_NFTABLES: 'true' } },
 ];
+
+const faultsOn = (c: FaultCounts, method: string) => c.faultsByMethod[method] ?? 0;
+const injected = (c: FaultCounts) => c.reset + c.resetAfterForward + c.tooMany + c.unavailable + c.closedOnReuse;
 
 /** The CNI error code on stdout of a failed ADD (0 for success). */
 function cniCode(res: ExecResult): number {
@@ -37,39 +44,50 @@ function cniCode(res: ExecResult): number {
 
 for (const variant of variants) describe(`API faults under a sidecar burst [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
   let rig: AgentRig;
-  const namespaces: PodNetns[] = [];
+  const created: PodNetns[] = [];
   let round = 0;
 
   before(async () => {
     rig = await startAgentRig(variant.env, { viaFaultProxy: true });
     rig.api.upsertNamespace(namespaceObject('faults'));
-    for (let i = 0; i < PODS; i++) namespaces.push(addPodNetns('faults', i));
   });
   after(async () => {
-    for (const ns of namespaces) ns.remove();
+    for (const ns of created) ns.remove();
     await rig?.close();
   });
 
   /**
-   * ADDs every pod at once, each created in the API as its ADD starts (so part of them are not yet
-   * in the daemon's cache and are read directly), then retries the 11s like kubelet does.
+   * ADDs every pod at once, each created in the API as its ADD starts while watch events are held
+   * back (so the daemon has not seen them and reads each one directly), then retries the 11s like
+   * kubelet does.
    */
   async function burst(t: TestContext, during?: () => Promise<void>): Promise<{ first: number[]; retried: number }> {
     round++;
+    const proxy = rig.proxy!;
+    const before = structuredClone(proxy.counts);
+    // Fresh netns each round, so the rules found afterwards are this round's.
+    const namespaces = Array.from({ length: PODS }, (_, i) => addPodNetns(`faults${round}`, i));
+    created.push(...namespaces);
     const pods = namespaces.map((_, i) => sidecarPod('faults', `r${round}-${i}`));
     const add = (i: number) => {
       const ns = namespaces[i] as PodNetns;
       return rig.exec('ADD', pods[i]!, { netns: ns.path, containerId: `r${round}c${i}`, address: ns.address, gateway: ns.gateway });
     };
-    const [results] = await Promise.all([
-      Promise.all(
-        pods.map((pod, i) => {
-          rig.api.upsertPod(pod);
-          return add(i);
-        }),
-      ),
-      during?.(),
-    ]);
+    proxy.holdWatches(true);
+    let results: ExecResult[];
+    try {
+      [results] = await Promise.all([
+        Promise.all(
+          pods.map((pod, i) => {
+            rig.api.upsertPod(pod);
+            return add(i);
+          }),
+        ),
+        during?.(),
+      ]);
+    } finally {
+      proxy.holdWatches(false);
+    }
     const first = results.map(cniCode);
     const bad = results.flatMap((r, i) => (cniCode(r) === 0 || cniCode(r) === TRY_AGAIN ? [] : [`${pods[i]!.metadata.name}: ${r.code} ${r.stdout} ${r.stderr.slice(-400)}`]));
     assert.deepEqual(bad, [], 'every ADD ends 0 or 11');
@@ -89,12 +107,21 @@ for (const variant of variants) describe(`API faults under a sidecar burst [${va
       const rules = await netnsRuleset(ns.path);
       assert.match(rules, CAPTURE_CHAIN, `${ns.name} holds the capture rules`);
       assert.deepEqual(duplicates(await iptablesRuleLines(ns.path)), [], `no duplicate rules in ${ns.name}`);
+      assert.deepEqual(duplicates(nftRuleLines(rules)), [], `no duplicate nft rules in ${ns.name}`);
     }
-    t.diagnostic(`first answers: ${first.filter((c) => c === 0).length} ok, ${first.filter((c) => c === TRY_AGAIN).length} try-again; ${retried} retries; proxy ${JSON.stringify(rig.proxy?.counts)}`);
+    const c = proxy.counts;
+    const delta = (k: 'reset' | 'resetAfterForward' | 'tooMany' | 'unavailable' | 'closedOnReuse' | 'restarts') => c[k] - before[k];
+    const byMethod = (m: string) => `${faultsOn(c, m) - faultsOn(before, m)}/${(c.byMethod[m] ?? 0) - (before.byMethod[m] ?? 0)}`;
+    t.diagnostic(
+      `first answers: ${first.filter((x) => x === 0).length} ok, ${first.filter((x) => x === TRY_AGAIN).length} try-again; ${retried} retries; ` +
+        `faults: ${delta('reset')} reset, ${delta('resetAfterForward')} reset after forward, ${delta('tooMany')} 429, ${delta('unavailable')} 503, ` +
+        `${delta('closedOnReuse')} closed on reuse, ${delta('restarts')} restarts; faulted/requests GET ${byMethod('GET')}`,
+    );
     return { first, retried };
   }
 
   it('idle connections closed by the server at the moment of reuse: every ADD succeeds at once', async (t) => {
+    const closed = rig.proxy!.counts.closedOnReuse;
     rig.proxy!.closeIdleOnReuse(true);
     try {
       const { first } = await burst(t);
@@ -102,10 +129,11 @@ for (const variant of variants) describe(`API faults under a sidecar burst [${va
     } finally {
       rig.proxy!.closeIdleOnReuse(false);
     }
+    assert.ok(rig.proxy!.counts.closedOnReuse > closed, 'connections were closed on reuse');
   });
 
   it('10 % resets, 5 % 429 with Retry-After, 5 % 503: every ADD ends 0 or 11, then all captured once', async (t) => {
-    const before = { ...rig.proxy!.counts };
+    const before = structuredClone(rig.proxy!.counts);
     rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
     try {
       await burst(t);
@@ -113,14 +141,29 @@ for (const variant of variants) describe(`API faults under a sidecar burst [${va
       rig.proxy!.setRates({});
     }
     const c = rig.proxy!.counts;
-    assert.ok(c.reset + c.resetAfterForward + c.tooMany + c.unavailable > before.reset + before.resetAfterForward + before.tooMany + before.unavailable, 'faults were injected');
+    assert.ok(injected(c) > injected(before), 'faults were injected');
+    assert.ok(faultsOn(c, 'GET') > faultsOn(before, 'GET'), `faults hit the daemon's direct pod reads: ${JSON.stringify(c)}`);
   });
 
   it('the API server restarts mid-burst: every ADD ends 0 or 11, then all captured once', async (t) => {
+    const restarts = rig.proxy!.counts.restarts;
     await burst(t, async () => {
-      await new Promise((r) => setTimeout(r, 100));
+      await rig.proxy!.whenRequests('GET', 20, 60_000);
       await rig.proxy!.restart(1500);
     });
-    assert.ok(rig.proxy!.counts.restarts >= 1);
+    assert.equal(rig.proxy!.counts.restarts, restarts + 1);
+  });
+
+  it('degraded mode (agent down) reads pods through the same faults: every ADD ends 0 or 11, then all captured once', async (t) => {
+    await rig.daemon.stop('SIGKILL');
+    const before = structuredClone(rig.proxy!.counts);
+    rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
+    try {
+      await burst(t);
+    } finally {
+      rig.proxy!.setRates({});
+    }
+    const c = rig.proxy!.counts;
+    assert.ok(faultsOn(c, 'GET') > faultsOn(before, 'GET'), `faults hit the plugin's pod reads: ${JSON.stringify(c)}`);
   });
 });

@@ -61,6 +61,21 @@ export function duplicates(lines: readonly string[]): string[] {
   return [...dup];
 }
 
+/** Rule lines of an nft ruleset dump, each prefixed with its table and chain (for duplicate checks). */
+export function nftRuleLines(dump: string): string[] {
+  const out: string[] = [];
+  let table = '';
+  let chain = '';
+  const nft = dump.slice(Math.max(0, dump.indexOf('== nft list ruleset')));
+  for (const raw of nft.split('\n').slice(1)) {
+    const line = raw.trim();
+    if (line.startsWith('table ')) table = line;
+    else if (line.startsWith('chain ')) chain = line;
+    else if (line !== '}' && !line.startsWith('type ') && !line.startsWith('set ') && !line.startsWith('elements') && !line.startsWith('flags') && line !== '') out.push(`${table} ${chain} ${line}`);
+  }
+  return out;
+}
+
 interface NftSetJson {
   nftables: { set?: { elem?: ({ elem?: { val?: unknown; comment?: string } } | string)[] } }[];
 }

@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { DAEMON, PLUGIN, freePort, makeHostRoot, type HostRoot } from './daemonProcess.ts';
 import { execPlugin, type ExecResult } from './execPlugin.ts';
 import { startFakeKubeApi, type FakeKubeApi, type KubeObject } from './fakeKubeApi.ts';
+import { startFaultProxy, type FaultProxy } from './faultProxy.ts';
 import { DEFAULT_ENABLEMENT_SELECTORS } from './meshPods.ts';
 import type { BridgeSpec } from './netnsPortBridge.ts';
 import { cniEnv, installedPluginConf, type PodAttachment } from './startAgentRig.ts';
@@ -37,6 +38,8 @@ export interface NodeDaemon {
 export interface AmbientRig {
   root: HostRoot;
   api: FakeKubeApi;
+  /** Between the daemon and the API, with `viaFaultProxy`. */
+  proxy?: FaultProxy;
   nodeNetns: string;
   ztunnelPath: string;
   daemon: NodeDaemon;
@@ -96,8 +99,11 @@ function spawnNodeDaemon(netnsPath: string, env: Record<string, string>): NodeDa
   };
 }
 
-/** `daemonEnv` overrides daemon settings (e.g. NATIVE_NFTABLES). The node netns must exist. */
-export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<string, string> = {}): Promise<AmbientRig> {
+/**
+ * `daemonEnv` overrides daemon settings (e.g. NATIVE_NFTABLES); `viaFaultProxy` puts a
+ * fault-injecting proxy (`rig.proxy`) between the daemon and the API. The node netns must exist.
+ */
+export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<string, string> = {}, options: { viaFaultProxy?: boolean } = {}): Promise<AmbientRig> {
   const root = makeHostRoot();
   const closers: (() => Promise<void> | void)[] = [() => root.remove()];
   const cleanup = async () => {
@@ -107,17 +113,29 @@ export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<strin
     const api = await startFakeKubeApi({ token: SERVICE_ACCOUNT_TOKEN });
     closers.push(() => api.close());
     const apiPort = Number(new URL(api.url).port);
-    // Test netns side: Unix socket → the fake API's TCP port.
+    const proxy = options.viaFaultProxy ? await startFaultProxy(api.url) : undefined;
+    if (proxy !== undefined) closers.push(() => proxy.close());
+    // Test netns side: Unix socket → the fake API's TCP port (or the proxy's).
     const apiSock = join(root.dir, 'api.sock');
+    const relayPort = proxy?.port ?? apiPort;
+    const relayed = new Set<net.Socket>();
     const apiRelay = net.createServer((c) => {
-      const upstream = net.connect({ host: '127.0.0.1', port: apiPort });
+      const upstream = net.connect({ host: '127.0.0.1', port: relayPort });
+      relayed.add(c).add(upstream);
+      c.on('close', () => relayed.delete(c));
+      upstream.on('close', () => relayed.delete(upstream));
       c.on('error', () => upstream.destroy());
       upstream.on('error', () => c.destroy());
       c.pipe(upstream);
       upstream.pipe(c);
     });
     await new Promise<void>((resolve) => apiRelay.listen(apiSock, resolve));
-    closers.push(() => new Promise<void>((resolve) => apiRelay.close(() => resolve())));
+    closers.push(() => {
+      // close() waits for every connection: end them rather than wait on their peers.
+      const closed = new Promise<void>((resolve) => apiRelay.close(() => resolve()));
+      for (const s of relayed) s.destroy();
+      return closed;
+    });
     const readinessPort = await freePort();
     const monitoringPort = await freePort();
     const sockets = { readiness: join(root.dir, 'readiness.sock'), metrics: join(root.dir, 'metrics.sock') };
@@ -164,6 +182,7 @@ export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<strin
     const rig: AmbientRig = {
       root,
       api,
+      ...(proxy ? { proxy } : {}),
       nodeNetns,
       ztunnelPath,
       daemon: undefined as unknown as NodeDaemon,

@@ -3,7 +3,8 @@
  * servers and their load balancers do: it resets connections (before forwarding, or after the
  * server acted so only the answer is lost), answers 429 with `Retry-After` and 503, closes an idle
  * keep-alive connection at the moment it is reused, restarts (every connection dropped, nothing
- * listening for a while), and cuts watch streams in the middle of an event.
+ * listening for a while), cuts watch streams in the middle of an event, and holds watch events
+ * back (so objects created meanwhile are not in the client's cache and are read directly).
  */
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -28,6 +29,10 @@ export interface FaultCounts {
   closedOnReuse: number;
   watchesCut: number;
   restarts: number;
+  /** Requests by method (`GET`, `PATCH`, …), watches excluded. */
+  byMethod: Record<string, number>;
+  /** Requests given a fault (reset, 429, 503, closed on reuse) by method. */
+  faultsByMethod: Record<string, number>;
 }
 
 export interface FaultProxy {
@@ -41,6 +46,10 @@ export interface FaultProxy {
   refuseLists(n: number): void;
   /** Cuts every open watch stream in the middle of its next event. */
   cutWatchesMidObject(): void;
+  /** While on, watch events are held back; turning it off delivers them, in order. */
+  holdWatches(on: boolean): void;
+  /** Resolves once `n` more `method` requests have arrived (to act mid-burst); fails after `timeoutMs`. */
+  whenRequests(method: string, n: number, timeoutMs: number): Promise<void>;
   /** Drops every connection and stops listening for `downMs`, then listens on the same port again. */
   restart(downMs: number): Promise<void>;
   close(): Promise<void>;
@@ -67,10 +76,24 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
   let rates: FaultRates = {};
   let closeOnReuse = false;
   let listsToRefuse = 0;
-  const counts: FaultCounts = { requests: 0, forwarded: 0, reset: 0, resetAfterForward: 0, tooMany: 0, unavailable: 0, closedOnReuse: 0, watchesCut: 0, restarts: 0 };
+  let holding = false;
+  const counts: FaultCounts = {
+    requests: 0,
+    forwarded: 0,
+    reset: 0,
+    resetAfterForward: 0,
+    tooMany: 0,
+    unavailable: 0,
+    closedOnReuse: 0,
+    watchesCut: 0,
+    restarts: 0,
+    byMethod: {},
+    faultsByMethod: {},
+  };
   const served = new WeakMap<Socket, number>();
   const sockets = new Set<Socket>();
-  const watches = new Set<{ cut(): void }>();
+  const watches = new Set<{ cut(): void; release(): void }>();
+  const faulted = (method: string) => void (counts.faultsByMethod[method] = (counts.faultsByMethod[method] ?? 0) + 1);
 
   const pick = (): Fault | undefined => {
     const r = random();
@@ -104,18 +127,34 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
           return;
         }
         let cutNext = false;
-        const watch = { cut: () => void (cutNext = true) };
-        watches.add(watch);
-        upRes.on('data', (chunk: Buffer) => {
+        let held: Buffer[] = [];
+        const deliver = (chunk: Buffer) => {
           if (cutNext && chunk.length > 1) {
+            cutNext = false;
             counts.watchesCut++;
             res.write(chunk.subarray(0, Math.floor(chunk.length / 2)), () => req.socket.destroy());
             upRes.destroy();
             return;
           }
           res.write(chunk);
+        };
+        const watch = {
+          cut: () => void (cutNext = true),
+          release() {
+            const chunks = held;
+            held = [];
+            for (const c of chunks) if (!res.destroyed) deliver(c);
+          },
+        };
+        watches.add(watch);
+        upRes.on('data', (chunk: Buffer) => {
+          if (holding) held.push(chunk);
+          else deliver(chunk);
         });
-        upRes.on('end', () => res.end());
+        upRes.on('end', () => {
+          watch.release();
+          res.end();
+        });
         upRes.on('close', () => watches.delete(watch));
         res.on('close', () => upRes.destroy());
       },
@@ -132,18 +171,23 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
       const n = served.get(req.socket) ?? 0;
       served.set(req.socket, n + 1);
       counts.requests++;
+      const method = req.method ?? '';
+      if (!isWatch(url)) counts.byMethod[method] = (counts.byMethod[method] ?? 0) + 1;
       if (closeOnReuse && n > 0) {
         counts.closedOnReuse++;
+        faulted(method);
         req.socket.destroy();
         return;
       }
       if (listsToRefuse > 0 && isList(req.method ?? '', url)) {
         listsToRefuse--;
         counts.tooMany++;
+        faulted(method);
         status(res, 429, 'TooManyRequests', { 'Retry-After': '1' });
         return;
       }
       const fault = isWatch(url) ? undefined : pick();
+      if (fault !== undefined) faulted(method);
       if (fault === 'reset') {
         counts.reset++;
         req.socket.resetAndDestroy();
@@ -190,6 +234,18 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
     refuseLists: (n) => void (listsToRefuse = n),
     cutWatchesMidObject() {
       for (const w of watches) w.cut();
+    },
+    async whenRequests(method, n, timeoutMs) {
+      const target = (counts.byMethod[method] ?? 0) + n;
+      const deadline = Date.now() + timeoutMs;
+      while ((counts.byMethod[method] ?? 0) < target) {
+        if (Date.now() > deadline) throw new Error(`fault proxy: ${n} ${method} requests did not arrive within ${timeoutMs} ms (${JSON.stringify(counts.byMethod)})`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+    holdWatches(on) {
+      holding = on;
+      if (!on) for (const w of watches) w.release();
     },
     async restart(downMs) {
       counts.restarts++;

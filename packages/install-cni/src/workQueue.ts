@@ -1,3 +1,5 @@
+import { backoffDelay } from '@istio-cni/kube';
+
 export type DropReason = 'queue full' | 'too many attempts';
 
 export interface WorkQueueOptions<T> {
@@ -110,7 +112,8 @@ export function createWorkQueue<T>(o: WorkQueueOptions<T>): WorkQueue<T> {
         o.onDrop?.(key, 'too many attempts', error);
       } else {
         failures.set(key, n);
-        if (fresh === undefined) retryLater(key, item, Math.min(o.retryDelayMs * 2 ** (n - 1), o.maxRetryDelayMs));
+        // The shared backoff formula, unjittered: each key already waits on its own timer.
+        if (fresh === undefined) retryLater(key, item, backoffDelay({ initialMs: o.retryDelayMs, maxMs: o.maxRetryDelayMs, jitter: 0 }, n));
       }
     }
     if (fresh !== undefined) enqueue(key, fresh);
