@@ -93,7 +93,10 @@ function setup(failures: { annotation?: number; probeSet?: number }) {
         },
       };
     },
-    hostRoot: '',
+    netnsGuard: {
+      openCniNetns: () => assert.fail('the procfs path is used'),
+      check: () => {},
+    },
     sets,
     ztunnel,
     annotator,
