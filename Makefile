@@ -6,10 +6,13 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # A test that hangs fails after this long instead of stalling the run.
 TEST_TIMEOUT_MS ?= 600000
 
+# Biome (pinned in package.json): its launcher runs on the pinned node and execs the native binary.
+BIOME := $(NODE) node_modules/@biomejs/biome/bin/biome
+
 UNIT_TESTS := packages/*/test/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
-.PHONY: all build typecheck test test-fast test-unit test-integration bench e2e clean
+.PHONY: all build lint format typecheck test test-fast test-unit test-integration bench e2e clean
 
 all: build
 
@@ -19,6 +22,13 @@ node_modules: package.json package-lock.json
 
 build: node_modules
 	$(NODE) scripts/build.ts
+
+# Lint and format check; writes nothing. `make format` rewrites files in the formatter's style.
+lint: node_modules
+	$(BIOME) check --error-on-warnings .
+
+format: node_modules
+	$(BIOME) format --write .
 
 typecheck: node_modules
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json
@@ -30,14 +40,14 @@ test-unit: node_modules
 test-integration: build
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(INTEGRATION_TESTS)
 
-# The one test command: type check, unit + golden, integration against the real kernel, then the
+# The one test command: lint, type check, unit + golden, integration against the real kernel, then the
 # e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
-test: typecheck build
+test: lint typecheck build
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 	$(MAKE) e2e
 
 # Everything but e2e, for a quick loop.
-test-fast: typecheck build
+test-fast: lint typecheck build
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 
 bench: build

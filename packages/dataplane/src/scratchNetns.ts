@@ -1,6 +1,6 @@
-import { spawn } from 'node:child_process';
 import { readlink } from 'node:fs/promises';
 import { DataplaneError } from './dataplaneError.ts';
+import { spawnPiped } from './execCommandRunner.ts';
 
 /** A private, empty network namespace that disappears once closed (or when this process dies). */
 export interface ScratchNetns {
@@ -29,7 +29,7 @@ export function createScratchNetnsOpener(options: ScratchNetnsOptions = {}): Ope
   const cat = options.cat ?? 'cat';
   const timeoutMs = options.timeoutMs ?? 10_000;
   return async () => {
-    const child = spawn(unshare, ['--net', '--', cat], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawnPiped([unshare, '--net', '--', cat]);
     const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
     const fail = (why: string, cause?: unknown): never => {
       child.kill('SIGKILL');
