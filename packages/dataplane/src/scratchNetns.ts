@@ -37,7 +37,9 @@ export function createScratchNetnsOpener(options: ScratchNetnsOptions = {}): Ope
     };
     child.stdin.on('error', () => {});
     let stderr = '';
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+    });
     // The echo proves `cat` runs, hence that unshare(2) already happened before the exec.
     const ready = new Promise<void>((resolve, reject) => {
       let seen = '';
@@ -49,8 +51,14 @@ export function createScratchNetnsOpener(options: ScratchNetnsOptions = {}): Ope
           resolve();
         }
       });
-      child.once('error', (err) => (clearTimeout(timer), reject(err)));
-      child.once('close', (code) => (clearTimeout(timer), reject(new Error(`holder exited with ${code}: ${stderr.trim()}`))));
+      child.once('error', (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      child.once('close', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`holder exited with ${code}: ${stderr.trim()}`));
+      });
     });
     child.stdin.write('ready\n');
     try {
