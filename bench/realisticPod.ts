@@ -7,7 +7,6 @@ import type { KubeObject } from '../test/support/fakeKubeApi.ts';
 
 export function realisticPod(pod: KubeObject): KubeObject {
   const name = pod.metadata.name;
-  const namespace = pod.metadata.namespace ?? 'default';
   const ip = (pod as { status?: { podIP?: string } }).status?.podIP ?? '10.0.0.1';
   const spec = (pod as { spec?: Record<string, unknown> }).spec ?? {};
   const time = '2026-12-01T00:00:00Z';

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { applyObjects, DEFAULT_MANIFEST, findObject, parseManifest, RELEASE_NAMESPACE, type KubeObject } from './support/chart.ts';
 import { runCnitool } from './support/cnitool.ts';
-import { AGENT_POD_NAME, createIstioCniNode, DIST, type IstioCniNode } from './support/istioCniNode.ts';
+import { AGENT_POD_NAME, createIstioCniNode, type IstioCniNode } from './support/istioCniNode.ts';
 import { makeKubeClient, type KubeClient } from './support/kubeClient.ts';
 import { waitFor } from './support/managedProcess.ts';
 import { createAndRunPod, createPodObject, hasSidecarCapture, podRules, probeTraffic, removePod, reportPodStatus, type StartedPod } from './support/pods.ts';

@@ -121,7 +121,11 @@ for (const backend of backends) describe(`ambient agent: ztunnel reconnects, kil
     // The peer disappears instead of acking the add of one of the new pods.
     const victim = more[1] as PodSandbox;
     let dropped = false;
-    ztunnel.dropOn = (req) => !dropped && 'add' in req && req.add.uid === victim.uid && (dropped = true);
+    ztunnel.dropOn = (req) => {
+      if (dropped || !('add' in req) || req.add.uid !== victim.uid) return false;
+      dropped = true;
+      return true;
+    };
     const results = await Promise.all(more.map(add));
     ztunnel.dropOn = undefined;
     assert.ok(dropped);

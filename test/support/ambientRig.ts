@@ -7,7 +7,7 @@
  * sockets from here. The plugin runs in the test's netns and reaches the daemon by its run dir.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { request } from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';

@@ -97,7 +97,6 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
     const nodeField = field.split(',').find((f) => f.startsWith('spec.nodeName='));
     const nodeName = nodeField === undefined ? undefined : nodeField.slice('spec.nodeName='.length);
     const watch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
-    let m: RegExpExecArray | null;
     if (req.method !== 'GET') {
       readBody(req).then(
         (body) => handleWrite(req.method ?? '', url.pathname, req.headers['content-type'] ?? '', body, res),
@@ -105,10 +104,11 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       );
       return;
     }
-    if ((m = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname))) {
-      const node = nodes.get(decodeURIComponent(m[1] ?? ''));
+    const nodePath = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
+    if (nodePath) {
+      const node = nodes.get(decodeURIComponent(nodePath[1] ?? ''));
       if (node) send(res, 200, node);
-      else notFound(res, `nodes "${m[1]}"`);
+      else notFound(res, `nodes "${nodePath[1]}"`);
       return;
     }
     if (url.pathname === '/api/v1/pods' || url.pathname === '/api/v1/namespaces') {
@@ -137,16 +137,18 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       send(res, 200, { kind: kind === 'pods' ? 'PodList' : 'NamespaceList', apiVersion: 'v1', metadata: { resourceVersion: String(rv) }, items });
       return;
     }
-    if ((m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(url.pathname))) {
-      const pod = pods.get(`${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}`);
+    const podPath = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(url.pathname);
+    if (podPath) {
+      const pod = pods.get(`${decodeURIComponent(podPath[1] ?? '')}/${decodeURIComponent(podPath[2] ?? '')}`);
       if (pod) send(res, 200, pod);
-      else notFound(res, `pods "${m[2]}"`);
+      else notFound(res, `pods "${podPath[2]}"`);
       return;
     }
-    if ((m = /^\/api\/v1\/namespaces\/([^/]+)$/.exec(url.pathname))) {
-      const ns = namespaces.get(decodeURIComponent(m[1] ?? ''));
+    const namespacePath = /^\/api\/v1\/namespaces\/([^/]+)$/.exec(url.pathname);
+    if (namespacePath) {
+      const ns = namespaces.get(decodeURIComponent(namespacePath[1] ?? ''));
       if (ns) send(res, 200, ns);
-      else notFound(res, `namespaces "${m[1]}"`);
+      else notFound(res, `namespaces "${namespacePath[1]}"`);
       return;
     }
     notFound(res, url.pathname);
@@ -157,56 +159,77 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
 
   /** DELETE pod (with preconditions), PATCH pods/status (merge), PATCH node (JSON patch), POST events. */
   function handleWrite(method: string, path: string, contentType: string, body: string, res: ServerResponse): void {
-    let m: RegExpExecArray | null;
     const parsed = body === '' ? undefined : (JSON.parse(body) as unknown);
-    if (method === 'DELETE' && (m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(path))) {
-      const key = `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}`;
+    const podPath = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(path);
+    if (method === 'DELETE' && podPath) {
+      const key = `${decodeURIComponent(podPath[1] ?? '')}/${decodeURIComponent(podPath[2] ?? '')}`;
       const pod = pods.get(key);
-      if (!pod) return notFound(res, `pods "${m[2]}"`);
+      if (!pod) {
+        notFound(res, `pods "${podPath[2]}"`);
+        return;
+      }
       deleteOptions.push(parsed);
       const pre = (parsed as { preconditions?: { uid?: string; resourceVersion?: string } } | undefined)?.preconditions ?? {};
       if ((pre.uid !== undefined && pre.uid !== pod.metadata.uid) || (pre.resourceVersion !== undefined && pre.resourceVersion !== pod.metadata.resourceVersion)) {
-        return failure(res, 409, 'Conflict', `Operation cannot be fulfilled on pods "${m[2]}": the precondition does not match`);
+        failure(res, 409, 'Conflict', `Operation cannot be fulfilled on pods "${podPath[2]}": the precondition does not match`);
+        return;
       }
       pods.delete(key);
       notify('pods', 'DELETED', stamp(pod, 'Pod'));
-      return send(res, 200, pod);
+      send(res, 200, pod);
+      return;
     }
-    if (method === 'PATCH' && (m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/status$/.exec(path))) {
-      const key = `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}`;
+    const podStatusPath = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/status$/.exec(path);
+    if (method === 'PATCH' && podStatusPath) {
+      const key = `${decodeURIComponent(podStatusPath[1] ?? '')}/${decodeURIComponent(podStatusPath[2] ?? '')}`;
       const pod = pods.get(key);
-      if (!pod) return notFound(res, `pods "${m[2]}"`);
+      if (!pod) {
+        notFound(res, `pods "${podStatusPath[2]}"`);
+        return;
+      }
       let patched: KubeObject;
       try {
         // Strategic merge is treated as a plain merge: good enough for metadata and status maps.
         patched = (contentType.startsWith('application/json-patch+json') ? jsonPatch(pod, parsed as JsonPatchOp[]) : mergePatch(pod, parsed)) as KubeObject;
       } catch (err) {
-        return failure(res, 422, 'Invalid', (err as Error).message);
+        failure(res, 422, 'Invalid', (err as Error).message);
+        return;
       }
       const stored = stamp(patched, 'Pod');
       pods.set(key, stored);
       notify('pods', 'MODIFIED', stored);
-      return send(res, 200, stored);
+      send(res, 200, stored);
+      return;
     }
-    if (method === 'PATCH' && (m = /^\/api\/v1\/nodes\/([^/]+)$/.exec(path))) {
-      const name = decodeURIComponent(m[1] ?? '');
+    const nodePath = /^\/api\/v1\/nodes\/([^/]+)$/.exec(path);
+    if (method === 'PATCH' && nodePath) {
+      const name = decodeURIComponent(nodePath[1] ?? '');
       const node = nodes.get(name);
-      if (!node) return notFound(res, `nodes "${m[1]}"`);
-      if (!contentType.startsWith('application/json-patch+json')) return failure(res, 415, 'UnsupportedMediaType', `unsupported patch type ${contentType}`);
+      if (!node) {
+        notFound(res, `nodes "${nodePath[1]}"`);
+        return;
+      }
+      if (!contentType.startsWith('application/json-patch+json')) {
+        failure(res, 415, 'UnsupportedMediaType', `unsupported patch type ${contentType}`);
+        return;
+      }
       let patched: KubeObject;
       try {
         patched = jsonPatch(node, parsed as JsonPatchOp[]) as KubeObject;
       } catch (err) {
-        return failure(res, 422, 'Invalid', (err as Error).message);
+        failure(res, 422, 'Invalid', (err as Error).message);
+        return;
       }
       const stored = stamp(patched, 'Node');
       nodes.set(name, stored);
-      return send(res, 200, stored);
+      send(res, 200, stored);
+      return;
     }
-    if (method === 'POST' && (m = /^\/api\/v1\/namespaces\/([^/]+)\/events$/.exec(path))) {
+    if (method === 'POST' && /^\/api\/v1\/namespaces\/([^/]+)\/events$/.test(path)) {
       const event = stamp(parsed as KubeObject, 'Event');
       events.push(event);
-      return send(res, 201, event);
+      send(res, 201, event);
+      return;
     }
     notFound(res, path);
   }

@@ -15,6 +15,7 @@ import {
   encodeWorkloadResponse,
   encodeZdsHello,
   SeqpacketError,
+  type ReceivedPacket,
   type SeqpacketSocket,
   type WorkloadRequest,
   type ZdsWorkloadInfo,
@@ -206,7 +207,7 @@ export async function startFakeZtunnel(options: FakeZtunnelOptions): Promise<Fak
 
   async function serve(s: SeqpacketSocket, session: number): Promise<void> {
     for (;;) {
-      let packet;
+      let packet: ReceivedPacket;
       try {
         packet = await s.receive({ acceptFds: true, maxBytes: 64 * 1024 });
       } catch (err) {

@@ -38,8 +38,7 @@ export function watchDaemonLog(child: ChildProcess): DaemonLog {
   };
   child.stdout?.on('data', (chunk: Buffer) => {
     buffered += chunk.toString();
-    let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
+    for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
       onLine(buffered.slice(0, nl));
       buffered = buffered.slice(nl + 1);
     }

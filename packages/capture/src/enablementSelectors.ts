@@ -84,7 +84,7 @@ export function labelSelectorMatches(selector: LabelSelector | undefined, labels
     if (labels[k] !== v) return false;
   }
   for (const e of selector.matchExpressions ?? []) {
-    const has = Object.prototype.hasOwnProperty.call(labels, e.key);
+    const has = Object.hasOwn(labels, e.key);
     const value = labels[e.key];
     switch (e.operator) {
       case 'In':
@@ -115,7 +115,7 @@ function isEmptySelector(s: LabelSelector | undefined): boolean {
  */
 export function ambientEnabledFor(pod: Pod, namespace: Namespace | undefined, selectors: readonly EnablementSelector[]): boolean {
   if (pod.spec?.hostNetwork) return false;
-  if (Object.prototype.hasOwnProperty.call(pod.metadata.annotations ?? {}, ANNOTATION.status)) return false;
+  if (Object.hasOwn(pod.metadata.annotations ?? {}, ANNOTATION.status)) return false;
   const podLabels = pod.metadata.labels ?? {};
   const nsLabels = namespace?.metadata.labels ?? {};
   return selectors.some((s) => labelSelectorMatches(s.podSelector, podLabels) && labelSelectorMatches(s.namespaceSelector, nsLabels));

@@ -52,7 +52,7 @@ function readAnnotation<T>(
   parse: (value: string) => T,
   fallback: T,
 ): T {
-  if (!Object.prototype.hasOwnProperty.call(annotations, name)) return fallback;
+  if (!Object.hasOwn(annotations, name)) return fallback;
   const value = annotations[name];
   if (typeof value !== 'string') throw new AnnotationError(name, String(value), 'value is not a string');
   try {
@@ -112,7 +112,7 @@ export function redirectFromPod(pod: Pod): Redirect {
     annotations, ANNOTATION.includeOutboundPorts, noWildcard(parsePortList), []);
   const excludeInterfaces = readAnnotation(annotations, ANNOTATION.excludeInterfaces, parseInterfaceList, []);
   // The deprecated kubevirt annotation is read only when the new one is absent.
-  const rerouteVirtualInterfaces = Object.prototype.hasOwnProperty.call(annotations, ANNOTATION.rerouteVirtualInterfaces)
+  const rerouteVirtualInterfaces = Object.hasOwn(annotations, ANNOTATION.rerouteVirtualInterfaces)
     ? readAnnotation(annotations, ANNOTATION.rerouteVirtualInterfaces, parseInterfaceList, [])
     : readAnnotation(annotations, ANNOTATION.kubevirtInterfaces, parseInterfaceList, []);
   const env = proxyEnvironment(pod);

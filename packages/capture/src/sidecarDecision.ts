@@ -47,13 +47,13 @@ export function sidecarDecision(pod: Pod): SidecarDecision {
   const labels = pod.metadata.labels ?? {};
   const annotations = pod.metadata.annotations ?? {};
   // The label is the newer API and wins when both are present; non-boolean values are ignored.
-  const inject = Object.prototype.hasOwnProperty.call(labels, LABEL.inject)
+  const inject = Object.hasOwn(labels, LABEL.inject)
     ? labels[LABEL.inject]
     : annotations[ANNOTATION.inject];
   if (inject !== undefined && inject !== '' && parseGoBool(inject) === false) {
     return { redirect: false, reason: `injection disabled by sidecar.istio.io/inject=${JSON.stringify(inject)}` };
   }
-  if (!Object.prototype.hasOwnProperty.call(annotations, ANNOTATION.status)) {
+  if (!Object.hasOwn(annotations, ANNOTATION.status)) {
     return { redirect: false, reason: 'pod has no sidecar.istio.io/status annotation' };
   }
   return { redirect: true };

@@ -17,7 +17,9 @@ const BYPASS = AMBIENT_ANNOTATION.bypassInboundCapture;
 const DNS = AMBIENT_ANNOTATION.dnsCapture;
 const VIRT = AMBIENT_ANNOTATION.rerouteVirtualInterfaces;
 
-const podWith = (annotations?: Record<string, string>): Pod => ({ metadata: { name: 'p', namespace: 'ns', annotations } });
+const podWith = (annotations?: Record<string, string>): Pod => ({
+  metadata: { name: 'p', namespace: 'ns', ...(annotations === undefined ? {} : { annotations }) },
+});
 
 test('annotation names are the upstream ones', () => {
   assert.equal(BYPASS, 'ambient.istio.io/bypass-inbound-capture');

@@ -37,6 +37,7 @@ const COMMON_VALUES = [
   'eth0;flush ruleset',
   '$(reboot)',
   '`reboot`',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: the literal text of a shell expansion is the hostile value
   '${IFS}',
   '"eth0"',
   "'eth0'",

@@ -8,7 +8,7 @@ import {
   renderIptablesRestore,
   sidecarDecision,
 } from '@istio-cni/capture';
-import type { EnvVar, Pod } from '@istio-cni/capture';
+import type { Pod } from '@istio-cni/capture';
 import { lineDiff, TESTDATA_ROOT } from './goldenCompare.ts';
 import { recordedIptablesCommands } from './recordedIptablesCommands.ts';
 import { PLUGIN_GOLDEN_CASES, type PluginCase } from './pluginGoldenCases.ts';
@@ -50,7 +50,7 @@ function parseTables(text: string): Map<string, string> {
     const lines = piece.replace(/^\n+|\n+$/g, '').split('\n')
       .filter((l) => l !== 'iptables-save' && l !== 'ip6tables-save');
     const first = lines[0];
-    if (first !== undefined && first.startsWith('* ')) tables.set(first.slice(2), [...lines, 'COMMIT'].join('\n'));
+    if (first?.startsWith('* ')) tables.set(first.slice(2), [...lines, 'COMMIT'].join('\n'));
   }
   return tables;
 }

@@ -34,7 +34,7 @@ export interface DispatchOptions {
   isPluginNetns?: (netns: string) => boolean | Promise<boolean>;
 }
 
-type Handler = (args: CmdArgs, conf: NetConf) => Promise<Record<string, unknown> | void>;
+type Handler<T> = (args: CmdArgs, conf: NetConf) => Promise<T>;
 
 function toCniError(e: unknown): CniError {
   if (e instanceof CniError) return e;
@@ -60,7 +60,7 @@ function atLeastOrFail(version: string, other: string): boolean {
 }
 
 /** skel's checkVersionAndCall: the config version must be one we support, then the handler runs. */
-async function checkVersionAndCall(args: CmdArgs, handler: Handler): Promise<Record<string, unknown> | void> {
+async function checkVersionAndCall<T>(args: CmdArgs, handler: Handler<T>): Promise<T> {
   const configVersion = decodeVersionOrFail(args.stdin);
   if (!SUPPORTED_VERSIONS.includes(configVersion)) {
     throw new CniError(
@@ -74,7 +74,7 @@ async function checkVersionAndCall(args: CmdArgs, handler: Handler): Promise<Rec
 }
 
 /** CHECK, GC and STATUS: refused below `minimum`, then as checkVersionAndCall. */
-async function gatedCall(args: CmdArgs, name: string, minimum: string, handler: Handler): Promise<void> {
+async function gatedCall(args: CmdArgs, name: string, minimum: string, handler: Handler<void>): Promise<void> {
   const configVersion = decodeVersionOrFail(args.stdin);
   if (!atLeastOrFail(configVersion, minimum)) {
     throw new CniError(ErrorCode.IncompatibleVersion, `config version does not allow ${name}`);

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { CommandError, type CommandResult, type CommandRunner, type RunOptions } from './commandRunner.ts';
 
 export interface ExecCommandRunnerOptions {
@@ -87,6 +87,15 @@ function runOnce(argv: readonly string[], options: RunOptions, r: Resolved): Pro
       }
     });
   });
+}
+
+/**
+ * Starts a long-lived helper process (argv, no shell) with piped stdio; the caller owns its lifetime.
+ * Product code starts processes only through this module, so there is one place to audit.
+ */
+export function spawnPiped(argv: readonly [string, ...string[]]): ChildProcessWithoutNullStreams {
+  const [program, ...args] = argv;
+  return spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] });
 }
 
 function collect(maxBytes: number): { push: (chunk: Buffer) => void; text: () => string } {

@@ -1,6 +1,6 @@
-import { spawn } from 'node:child_process';
 import { readlink } from 'node:fs/promises';
 import { DataplaneError } from './dataplaneError.ts';
+import { spawnPiped } from './execCommandRunner.ts';
 
 /** A private, empty network namespace that disappears once closed (or when this process dies). */
 export interface ScratchNetns {
@@ -29,7 +29,7 @@ export function createScratchNetnsOpener(options: ScratchNetnsOptions = {}): Ope
   const cat = options.cat ?? 'cat';
   const timeoutMs = options.timeoutMs ?? 10_000;
   return async () => {
-    const child = spawn(unshare, ['--net', '--', cat], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawnPiped([unshare, '--net', '--', cat]);
     const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
     const fail = (why: string, cause?: unknown): never => {
       child.kill('SIGKILL');
@@ -37,7 +37,9 @@ export function createScratchNetnsOpener(options: ScratchNetnsOptions = {}): Ope
     };
     child.stdin.on('error', () => {});
     let stderr = '';
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+    });
     // The echo proves `cat` runs, hence that unshare(2) already happened before the exec.
     const ready = new Promise<void>((resolve, reject) => {
       let seen = '';
@@ -49,8 +51,14 @@ export function createScratchNetnsOpener(options: ScratchNetnsOptions = {}): Ope
           resolve();
         }
       });
-      child.once('error', (err) => (clearTimeout(timer), reject(err)));
-      child.once('close', (code) => (clearTimeout(timer), reject(new Error(`holder exited with ${code}: ${stderr.trim()}`))));
+      child.once('error', (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      child.once('close', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`holder exited with ${code}: ${stderr.trim()}`));
+      });
     });
     child.stdin.write('ready\n');
     try {

@@ -272,7 +272,10 @@ test('kubelet UID: comm kubelet/kubelite need "kubelet" in the command line, k3s
 
 test('host rules (iptables) in the current netns: old rules removed, then restored with the global xtables lock', async () => {
   const calls: RecordedCall[] = [];
-  const runner = createRecordingCommandRunner((call) => (calls.push(call), undefined));
+  const runner = createRecordingCommandRunner((call) => {
+    calls.push(call);
+    return undefined;
+  });
   await createAmbientHostRules({ runner, openScratchNetns: scratch }, { config: v4, backend: iptBackend });
   const argv = runner.calls.map((c) => c.argv.join(' '));
   assert.deepEqual(argv, [

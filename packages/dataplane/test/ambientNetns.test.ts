@@ -99,7 +99,10 @@ test('a foreign process transiting another pod netns is rejected and the rightfu
 test('a pod without IPs is deferred without entering any netns', async () => {
   const { fs, openHandles } = fakeProcFs();
   let calls = 0;
-  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => (calls++, true) });
+  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => {
+    calls++;
+    return true;
+  } });
   const found = await finder.findNetnsForPods(new Map([[podA, pod(podA, [])]]));
   assert.equal(found.size, 0);
   assert.equal(calls, 0);
@@ -111,7 +114,10 @@ test('a dual-stack pod is accepted by any of its IPs, all offered in one check',
   let offered: readonly string[] = [];
   const finder = await createPodNetnsProcFinder({
     procFs: fs,
-    checkOwnership: async (_ns, ips) => ((offered = ips), ips.includes('fd00::42')),
+    checkOwnership: async (_ns, ips) => {
+      offered = ips;
+      return ips.includes('fd00::42');
+    },
   });
   const found = await finder.findNetnsForPods(new Map([[podA, pod(podA, ['10.0.0.42', 'fd00::42'])]]));
   assert.equal(found.size, 1);
@@ -146,7 +152,10 @@ test('a process in the host netns is never paired (host-netns guard)', async () 
 test('pods not asked for are not opened', async () => {
   const { fs, openHandles } = fakeProcFs();
   let calls = 0;
-  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => (calls++, true) });
+  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => {
+    calls++;
+    return true;
+  } });
   const found = await finder.findNetnsForPods(new Map([[podB, pod(podB, ['10.0.0.2'])]]));
   assert.deepEqual([...found.keys()], [podB]);
   assert.equal(calls, 1);

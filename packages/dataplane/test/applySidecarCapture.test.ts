@@ -24,7 +24,10 @@ test('the plan gets the detected family, then rules are applied before the route
   const seen: boolean[] = [];
   const result = await applySidecarCapture(
     { runner, openScratchNetns: scratch },
-    { netns, dualStack: true, tproxyRoutes: true, plan: ({ ipv6 }) => (seen.push(ipv6), { backend: 'nft', script }) },
+    { netns, dualStack: true, tproxyRoutes: true, plan: ({ ipv6 }) => {
+      seen.push(ipv6);
+      return { backend: 'nft', script };
+    } },
   );
   assert.deepEqual(seen, [true]);
   assert.deepEqual(result, { ipv6: true, outcome: 'applied' });

@@ -9,7 +9,10 @@ const codeOf = (code: string) => (err: unknown) => err instanceof SeqpacketError
 
 test('a packet and exactly one fd cross a socket pair; the fd is the same file (same inode)', async (t) => {
   const [a, b] = seqpacketPair();
-  t.after(() => (a.close(), b.close()));
+  t.after(() => {
+    a.close();
+    b.close();
+  });
   const netns = openSync('/proc/self/ns/net', 'r');
   t.after(() => closeSync(netns));
   const receiving = b.receive({ acceptFds: true, timeoutMs: 5_000 });
@@ -24,7 +27,10 @@ test('a packet and exactly one fd cross a socket pair; the fd is the same file (
 
 test('packets keep their boundaries', async (t) => {
   const [a, b] = seqpacketPair();
-  t.after(() => (a.close(), b.close()));
+  t.after(() => {
+    a.close();
+    b.close();
+  });
   await a.send(Buffer.from('one'));
   await a.send(Buffer.from('two!'));
   assert.equal((await b.receive()).data.toString(), 'one');
@@ -33,7 +39,10 @@ test('packets keep their boundaries', async (t) => {
 
 test('receive times out when nothing arrives, and the socket stays usable', async (t) => {
   const [a, b] = seqpacketPair();
-  t.after(() => (a.close(), b.close()));
+  t.after(() => {
+    a.close();
+    b.close();
+  });
   await assert.rejects(b.receive({ timeoutMs: 20 }), codeOf('ERR_SEQPACKET_TIMEOUT'));
   await a.send(Buffer.from('late'));
   assert.equal((await b.receive({ timeoutMs: 5_000 })).data.toString(), 'late');
@@ -41,7 +50,10 @@ test('receive times out when nothing arrives, and the socket stays usable', asyn
 
 test('a packet longer than the receive buffer fails with MSG_TRUNC; the next one is fine', async (t) => {
   const [a, b] = seqpacketPair();
-  t.after(() => (a.close(), b.close()));
+  t.after(() => {
+    a.close();
+    b.close();
+  });
   await a.send(Buffer.alloc(1025, 1));
   await a.send(Buffer.alloc(1024, 2));
   await assert.rejects(b.receive(), (err) => codeOf('ERR_SEQPACKET_TRUNCATED')(err) && /MSG_TRUNC/.test((err as Error).message));
@@ -50,7 +62,10 @@ test('a packet longer than the receive buffer fails with MSG_TRUNC; the next one
 
 test('an fd nobody asked for fails the read', async (t) => {
   const [a, b] = seqpacketPair();
-  t.after(() => (a.close(), b.close()));
+  t.after(() => {
+    a.close();
+    b.close();
+  });
   const netns = openSync('/proc/self/ns/net', 'r');
   t.after(() => closeSync(netns));
   await a.send(Buffer.from('x'), { fd: netns });
@@ -78,7 +93,10 @@ test('closing a socket fails its pending read; using it afterwards fails too', a
 
 test('an aborted read rejects, a second concurrent read is refused', async (t) => {
   const [a, b] = seqpacketPair();
-  t.after(() => (a.close(), b.close()));
+  t.after(() => {
+    a.close();
+    b.close();
+  });
   const abort = new AbortController();
   const first = b.receive({ signal: abort.signal });
   await assert.rejects(b.receive(), codeOf('ERR_SEQPACKET_BUSY'));
@@ -98,7 +116,10 @@ test('listener on a path: replaces a stale file, mode 0600, accepts, removes the
   const accepting = listener.accept();
   const client = await connectSeqpacket(path);
   const server = await accepting;
-  t.after(() => (client.close(), server.close()));
+  t.after(() => {
+    client.close();
+    server.close();
+  });
   await client.send(Buffer.from('ping'));
   assert.equal((await server.receive({ timeoutMs: 5_000 })).data.toString(), 'ping');
   const next = listener.accept();
@@ -114,7 +135,10 @@ test('abstract listener (@name) works without a file', async (t) => {
   const accepting = listener.accept();
   const client = await connectSeqpacket(name);
   const server = await accepting;
-  t.after(() => (client.close(), server.close()));
+  t.after(() => {
+    client.close();
+    server.close();
+  });
   await server.send(Buffer.from('hi'));
   assert.equal((await client.receive({ timeoutMs: 5_000 })).data.toString(), 'hi');
 });

@@ -83,7 +83,10 @@ async function rig(t: TestContext, options: Partial<ZtunnelServerOptions> = {}):
     async connections(n) {
       if (server.connectionCount() === n) return;
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => (changed.delete(check), reject(new Error(`server never had ${n} connections; gauge ${gauge.join(',')}`))), 10_000);
+        const timer = setTimeout(() => {
+          changed.delete(check);
+          reject(new Error(`server never had ${n} connections; gauge ${gauge.join(',')}`));
+        }, 10_000);
         const check = () => {
           if (server.connectionCount() !== n) return;
           clearTimeout(timer);

@@ -64,8 +64,9 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     if (taint) closers.push(async () => taint.stop());
     let metricsServer: HttpServerHandle | undefined;
     if (settings.monitoringPort > 0) {
-      metricsServer = await startMetricsServer(settings.monitoringPort, metrics.registry, logger);
-      closers.push(() => metricsServer!.close());
+      const server = await startMetricsServer(settings.monitoringPort, metrics.registry, logger);
+      metricsServer = server;
+      closers.push(() => server.close());
     }
     const sinkLine = opts.pluginLogSink ?? ((line: string) => process.stdout.write(line + '\n'));
     const logSink: LogSinkServer = await startLogSinkServer({

@@ -46,8 +46,19 @@ describe('hand-off server', () => {
     const socketPath = join(dir, 'stale', 'pluginevent.sock');
     await startHandoffServer({ socketPath, handler: async () => ({ protocol: 1, verdict: 'ok' }), logger }).then((s) => s.close());
     writeFileSync(socketPath, 'stale');
+    assert.ok(statSync(socketPath).isFile());
     const server = await startHandoffServer({ socketPath, handler: async () => ({ protocol: 1, verdict: 'ok' }), logger });
-    await server.close();
+    try {
+      // A socket where the regular file was (an inode number may be reused, so the type is what proves it).
+      const replaced = statSync(socketPath);
+      assert.ok(replaced.isSocket(), 'the stale file was replaced by a socket');
+      assert.equal(replaced.mode & 0o777, 0o600);
+      const res = await postJson(socketPath, HANDOFF_PATH, request, 2000);
+      assert.equal(res.status, 200);
+      assert.deepEqual(JSON.parse(res.body), { protocol: 1, verdict: 'ok' });
+    } finally {
+      await server.close();
+    }
   });
 
   it('passes the parsed request to the handler and returns its verdict', async () => {

@@ -185,7 +185,13 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     const h = harness({ pods: [pod] });
     // The real capture validates through planSidecarCapture; emulate it with the same parser.
     const { redirectFromPod } = await import('@istio-cni/capture');
-    h.deps.capture = { apply: async (p) => (redirectFromPod(p), 'applied'), verify: async () => [] };
+    h.deps.capture = {
+      apply: async (p) => {
+        redirectFromPod(p);
+        return 'applied';
+      },
+      verify: async () => [],
+    };
     const out = await createNodeAgentHandler(h.deps).handle(request('ADD', 'default', 'bad'));
     assert.ok('error' in out);
     assert.equal(out.error.code, 7);

@@ -9,6 +9,7 @@ import {
   runDirPath,
   type HandoffRequest,
   type HandoffResponse,
+  type UdsResponse,
 } from '@istio-cni/handoff';
 
 /** The agent could not be reached at all: no socket, nobody listening, or no answer in time. */
@@ -30,7 +31,7 @@ export function udsAgentClient(runDir: string, timeoutMs = HANDOFF_TIMEOUT_MS): 
   const socketPath = runDirPath(runDir, PLUGIN_EVENT_SOCKET);
   return {
     async call(request) {
-      let res;
+      let res: UdsResponse;
       try {
         res = await postJson(socketPath, HANDOFF_PATH, request, timeoutMs);
       } catch (err) {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { CniError, parseNetConf, type CmdArgs } from '@istio-cni/cni';
+import { CniError, dispatch, parseNetConf, type CmdArgs } from '@istio-cni/cni';
 import { createJsonLogger, parsePluginConfig, type HandoffRequest, type HandoffResponse } from '@istio-cni/handoff';
 import { AgentUnreachableError, type AgentClient } from '../src/agentClient.ts';
 import { createPluginFuncs, skipReason } from '../src/commands.ts';
@@ -40,18 +40,20 @@ const prevResult = {
   dns: {},
 };
 
+function confText(extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({
+    cniVersion: '1.0.0',
+    name: 'k8s-pod-network',
+    type: 'istio-cni',
+    cni_agent_run_dir: '/run/x',
+    pod_namespace: 'istio-system',
+    exclude_namespaces: ['kube-system'],
+    ...extra,
+  });
+}
+
 function conf(extra: Record<string, unknown> = {}) {
-  return parseNetConf(
-    JSON.stringify({
-      cniVersion: '1.0.0',
-      name: 'k8s-pod-network',
-      type: 'istio-cni',
-      cni_agent_run_dir: '/run/x',
-      pod_namespace: 'istio-system',
-      exclude_namespaces: ['kube-system'],
-      ...extra,
-    }),
-  );
+  return parseNetConf(confText(extra));
 }
 
 describe('skipReason (upstream CmdAdd local steps)', () => {
@@ -114,8 +116,20 @@ describe('createPluginFuncs', () => {
 
   it('DEL succeeds even when the agent fails or is unreachable', async () => {
     for (const answer of [new AgentUnreachableError('gone'), new Error('protocol fault')]) {
-      const funcs = createPluginFuncs({ logger, agentFor: () => fakeAgent(answer) });
-      await funcs.del(args('DEL', podArgs), conf());
+      const agent = fakeAgent(answer);
+      const lines: string[] = [];
+      const warnLogger = createJsonLogger({ scope: 'test', threshold: 'warn', sink: (line) => lines.push(line) });
+      const funcs = createPluginFuncs({ logger: warnLogger, agentFor: () => agent });
+      const env = { CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_NETNS: '/var/run/netns/p1', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin', CNI_ARGS: podArgs };
+      // A successful DEL prints nothing (CNI spec) and exits 0.
+      assert.deepEqual(await dispatch(env, Buffer.from(confText()), funcs, ''), { stdout: '', stderr: '', exitCode: 0 });
+      assert.deepEqual(
+        agent.requests.map((r) => r.command),
+        ['DEL'],
+      );
+      assert.equal(lines.length, 1, lines.join(''));
+      const line = JSON.parse(lines[0] ?? '') as { level: string; msg: string; error: string };
+      assert.deepEqual([line.level, line.msg, line.error], ['warn', 'DEL not acknowledged by agent; ignoring', answer.message]);
     }
   });
 

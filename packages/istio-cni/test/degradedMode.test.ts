@@ -33,10 +33,11 @@ function config(ambient = false) {
   );
 }
 
-function fakeDeps(pod: Pod | undefined | Error[], opts: { namespace?: Namespace; applyError?: Error } = {}): DegradedDeps & { applied: string[]; clock: number } {
+function fakeDeps(pod: Pod | undefined | Error[], opts: { namespace?: Namespace; applyError?: Error } = {}): DegradedDeps & { applied: string[]; verified: string[]; clock: number } {
   const failures = Array.isArray(pod) ? [...pod] : [];
   const deps = {
     applied: [] as string[],
+    verified: [] as string[],
     clock: 0,
     async getPod() {
       const f = failures.shift();
@@ -52,7 +53,8 @@ function fakeDeps(pod: Pod | undefined | Error[], opts: { namespace?: Namespace;
       deps.applied.push(netns);
       return 'applied';
     },
-    async verifySidecar() {
+    async verifySidecar(_p: Pod, netns: string) {
+      deps.verified.push(netns);
       return deps.applied.length ? [] : ['nat ISTIO_OUTPUT missing'];
     },
     async sleep(ms: number) {
@@ -70,17 +72,22 @@ describe('degraded ADD (agent unreachable)', () => {
     const deps = fakeDeps(plain);
     assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), { action: 'skipped', reason: 'pod has no istio-proxy container' });
     assert.deepEqual(deps.applied, []);
+    assert.deepEqual(deps.verified, []);
   });
 
   it('programs the capture rules for a sidecar pod itself', async () => {
     const deps = fakeDeps(sidecar);
     assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), { action: 'redirected', outcome: 'applied' });
     assert.deepEqual(deps.applied, ['/ns']);
+    // ADD programs the rules; verifying them is CHECK's job.
+    assert.deepEqual(deps.verified, []);
   });
 
   it('fails an ambient pod closed with code 11', async () => {
     const deps = fakeDeps(plain, { namespace: ambientNs });
     await assert.rejects(degradedAdd(deps, config(true), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /ambient pod/));
+    assert.deepEqual(deps.applied, []);
+    assert.deepEqual(deps.verified, []);
   });
 
   it('retries transient API errors within the deadline', async () => {
@@ -107,6 +114,7 @@ describe('degraded ADD (agent unreachable)', () => {
     const deps = fakeDeps(bad);
     await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/));
     assert.deepEqual(deps.applied, []);
+    assert.deepEqual(deps.verified, []);
   });
 
   it('fails with code 8 naming the netns when the capture refuses it (the node\'s own)', async () => {
@@ -125,9 +133,21 @@ describe('degraded ADD (agent unreachable)', () => {
 
 describe('degraded CHECK', () => {
   it('verifies a sidecar pod rules directly and reports what is missing', async () => {
-    await assert.rejects(degradedCheck(fakeDeps(sidecar), config(), k8s, '/ns', policy), (e: unknown) => e instanceof CniError && e.details === 'nat ISTIO_OUTPUT missing');
+    const deps = fakeDeps(sidecar);
+    await assert.rejects(degradedCheck(deps, config(), k8s, '/ns', policy), (e: unknown) => e instanceof CniError && e.details === 'nat ISTIO_OUTPUT missing');
+    assert.deepEqual(deps.verified, ['/ns']);
+    assert.deepEqual(deps.applied, []);
   });
-  it('succeeds for a pod that is not captured', async () => {
-    await degradedCheck(fakeDeps(plain), config(), k8s, '/ns', policy);
+  it('succeeds for a sidecar pod whose rules are all there', async () => {
+    const deps = fakeDeps(sidecar);
+    deps.applied.push('/ns');
+    await degradedCheck(deps, config(), k8s, '/ns', policy);
+    assert.deepEqual(deps.verified, ['/ns']);
+  });
+  it('succeeds for a pod that is not captured, without looking at any rules', async () => {
+    const deps = fakeDeps(plain);
+    await degradedCheck(deps, config(), k8s, '/ns', policy);
+    assert.deepEqual(deps.verified, []);
+    assert.deepEqual(deps.applied, []);
   });
 });

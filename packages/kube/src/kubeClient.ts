@@ -331,8 +331,7 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
           let pending: Buffer = Buffer.alloc(0);
           res.on('data', (chunk: Buffer) => {
             pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-            let nl: number;
-            while (!settled && (nl = pending.indexOf(0x0a)) >= 0) {
+            for (let nl = pending.indexOf(0x0a); !settled && nl >= 0; nl = pending.indexOf(0x0a)) {
               const line = pending.subarray(0, nl).toString('utf8').trim();
               pending = pending.subarray(nl + 1);
               if (line === '') continue;

@@ -215,7 +215,7 @@ export async function unmountUnder(dir: string): Promise<void> {
   const mountPoints = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((line) => line.split(' ')[4])
-    .filter((mp): mp is string => mp !== undefined && mp.startsWith(`${dir}/`))
+    .filter((mp): mp is string => mp?.startsWith(`${dir}/`) === true)
     .sort((a, b) => b.length - a.length);
   for (const mp of mountPoints) await runCommand(['umount', '-l', mp], { allowFailure: true });
 }

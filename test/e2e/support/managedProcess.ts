@@ -68,7 +68,7 @@ export function startManagedProcess(name: string, argv: readonly string[], logFi
 export async function waitFor<T>(
   what: string,
   probe: () => Promise<T | undefined>,
-  options: { timeoutMs?: number; intervalMs?: number; process?: ManagedProcess } = {},
+  options: { timeoutMs?: number; intervalMs?: number; process?: ManagedProcess | undefined } = {},
 ): Promise<T> {
   const deadline = Date.now() + (options.timeoutMs ?? 60_000);
   let lastError: unknown;

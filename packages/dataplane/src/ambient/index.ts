@@ -17,7 +17,7 @@ export {
   type PodNetnsProcFinder,
   type PodNetnsProcFinderOptions,
 } from './podNetnsProcFinder.ts';
-export { type ScanLog } from './procScan.ts';
+export type { ScanLog } from './procScan.ts';
 export { findNetnsByIp, type FindNetnsByIpOptions } from './findNetnsByIp.ts';
 export { addressesContainAny, createNetnsOwnershipCheck, listNetnsAddresses } from './netnsOwnership.ts';
 export { checkPodUid, type PodAddress, parsePodAddress } from './podAddress.ts';
@@ -35,7 +35,7 @@ export {
   verifyAmbientPodRules,
   withNetnsPath,
 } from './ambientPodRules.ts';
-export { type ProbeSetEntry, type ProbeSetManager, type RemovePodResult } from './probeSets.ts';
+export type { ProbeSetEntry, ProbeSetManager, RemovePodResult } from './probeSets.ts';
 export { createIpsetProbeSets, type IpsetProbeSetsOptions, parseIpsetSave } from './ipsetProbeSets.ts';
 export { createNftProbeSets, type NftProbeSetsOptions, parseNftSetJson } from './nftProbeSets.ts';
 export { syncProbeSets, type SyncProbeSetsResult } from './syncProbeSets.ts';

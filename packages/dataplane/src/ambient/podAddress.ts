@@ -1,4 +1,4 @@
-import { parseIpAddress } from '@istio-cni/cni';
+import { type IpAddress, parseIpAddress } from '@istio-cni/cni';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 
 export interface PodAddress {
@@ -9,7 +9,7 @@ export interface PodAddress {
 
 /** Parses a pod or interface IP strictly; a bad value is an error naming it. */
 export function parsePodAddress(ip: string): PodAddress {
-  let parsed;
+  let parsed: IpAddress;
   try {
     parsed = parseIpAddress(ip);
   } catch (err) {

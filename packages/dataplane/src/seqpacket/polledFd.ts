@@ -55,8 +55,14 @@ export class PolledFd {
         const onAbort = (): void => this.#settle(kind, abortedError(this.#what));
         signal.addEventListener('abort', onAbort, { once: true });
         const { resolve: res, reject: rej } = waiter;
-        waiter.resolve = () => (signal.removeEventListener('abort', onAbort), res());
-        waiter.reject = (err) => (signal.removeEventListener('abort', onAbort), rej(err));
+        waiter.resolve = () => {
+          signal.removeEventListener('abort', onAbort);
+          res();
+        };
+        waiter.reject = (err) => {
+          signal.removeEventListener('abort', onAbort);
+          rej(err);
+        };
       }
       this.#waiters.set(kind, waiter);
       this.#rearm();

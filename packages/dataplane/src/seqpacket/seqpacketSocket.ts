@@ -9,7 +9,7 @@ export type { ReceivedPacket } from './packetIo.ts';
 
 export interface SendOptions {
   /** A file descriptor to pass as SCM_RIGHTS (the kernel duplicates it; the caller keeps its own). */
-  fd?: number;
+  fd?: number | undefined;
   timeoutMs?: number;
 }
 

@@ -3,7 +3,7 @@ import { createExecCommandRunner, createScratchNetnsOpener } from '@istio-cni/da
 import type { CommandRunner, OpenScratchNetns } from '@istio-cni/dataplane';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { FLAG_SPECS, flagLabel, type FlagSpec } from './istioIptables/flagSpecs.ts';
-import { resolveIstioIptablesSettings, type Environment, type GivenFlag } from './istioIptables/resolveIstioIptablesSettings.ts';
+import { resolveIstioIptablesSettings, type Environment, type GivenFlag, type IstioIptablesSettings } from './istioIptables/resolveIstioIptablesSettings.ts';
 import { runIstioIptables } from './istioIptables/runIstioIptables.ts';
 import { checkNetnsFile, lookupUidInPasswd, readBoundedTextFile } from './istioIptables/systemAccess.ts';
 import { UsageError } from './istioIptables/usageError.ts';
@@ -67,7 +67,7 @@ export function istioIptablesCommand(deps: IstioIptablesCommandDeps = {}): Comma
       if (previous !== undefined) usage(new UsageError(spelling, undefined, `given together with ${previous.spelling}`));
       given.set(spec.long, { value, spelling });
     }
-    let settings;
+    let settings: IstioIptablesSettings;
     try {
       settings = resolveIstioIptablesSettings({ given, env, lookupUid: deps.lookupUid ?? ((name) => lookupUidInPasswd(name)) });
     } catch (err) {

@@ -22,7 +22,7 @@ interface DaemonSet {
 }
 
 function requirementMatches(req: NodeSelectorRequirement, labels: Record<string, string>): boolean {
-  const has = Object.prototype.hasOwnProperty.call(labels, req.key);
+  const has = Object.hasOwn(labels, req.key);
   const value = labels[req.key];
   const values = req.values ?? [];
   switch (req.operator) {

@@ -91,7 +91,9 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
   function sleep(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
       sleeping = { timer: setTimeout(resolve, ms), wake: () => resolve() };
-    }).then(() => void (sleeping = undefined));
+    }).then(() => {
+      sleeping = undefined;
+    });
   }
 
   async function loop(): Promise<void> {

@@ -29,8 +29,12 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
   const podInformer = runInformer(client, { ...common, what: 'pod', path: '/api/v1/pods', fieldSelector: `spec.nodeName=${options.nodeName}`, store: pods });
   const namespaceInformer = runInformer(client, { ...common, what: 'namespace', path: '/api/v1/namespaces', store: namespaces });
   const synced = Promise.all([
-    podInformer.synced.then(() => void (podsSynced = true)),
-    namespaceInformer.synced.then(() => void (namespacesSynced = true)),
+    podInformer.synced.then(() => {
+      podsSynced = true;
+    }),
+    namespaceInformer.synced.then(() => {
+      namespacesSynced = true;
+    }),
   ]).then(() => {
     options.logger.info('pod and namespace informers synced', { node: options.nodeName });
   });

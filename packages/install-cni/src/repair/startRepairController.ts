@@ -22,7 +22,7 @@ import { repairFieldSelector, watchRepairPods } from './watchRepairPods.ts';
 export interface StartRepairOptions {
   settings: Settings;
   /** KUBECONFIG for the daemon's own API access; in-cluster credentials otherwise. */
-  kubeconfigPath?: string;
+  kubeconfigPath?: string | undefined;
   logger: Logger;
   registry: Registry;
   /** Test hooks. */

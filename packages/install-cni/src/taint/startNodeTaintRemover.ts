@@ -7,7 +7,7 @@ import { createNodeTaintRemover, type NodeTaintRemover } from './nodeTaintRemove
 
 export interface StartNodeTaintRemoverOptions {
   settings: Settings;
-  kubeconfigPath?: string;
+  kubeconfigPath?: string | undefined;
   logger: Logger;
   retryDelayMs?: number;
 }

@@ -1,5 +1,5 @@
 import { AnnotationError, captureConfigFromRedirect, redirectFromPod, sidecarDecision } from '@istio-cni/capture';
-import type { CaptureConfig } from '@istio-cni/capture';
+import type { CaptureConfig, Redirect } from '@istio-cni/capture';
 import {
   applyIptablesRules,
   applyNftRules,
@@ -113,7 +113,7 @@ async function captureSource(settings: IstioIptablesSettings, rt: IstioIptablesR
   })();
   const decision = sidecarDecision(pod);
   if (!decision.redirect) return { kind: 'skipped', reason: decision.reason };
-  let redirect;
+  let redirect: Redirect;
   try {
     redirect = redirectFromPod(pod);
   } catch (err) {

@@ -3,10 +3,10 @@ import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { test } from 'node:test';
-import { dryRunDocuments, goldenRestoreText, readIptablesGolden, readNftGolden, trimmed } from './istioIptablesHarness.ts';
+import { dryRunDocuments, goldenRestoreText, readIptablesGolden, readNftGolden, trimmed } from '../../packages/install-cni/test/istioIptablesHarness.ts';
 
 /** The bundled executable (`node scripts/build.ts install-cni`), run as a process. */
-const EXECUTABLE = resolve(import.meta.dirname, '../../../dist/install-cni');
+const EXECUTABLE = resolve(import.meta.dirname, '../../dist/install-cni');
 
 function run(args: readonly string[], env: Record<string, string> = {}) {
   const result = spawnSync(EXECUTABLE, ['istio-iptables', ...args], {
@@ -17,11 +17,19 @@ function run(args: readonly string[], env: Record<string, string> = {}) {
   return { stdout: result.stdout, stderr: result.stderr, status: result.status };
 }
 
-function skipReason(): string | false {
+function missingOrStale(): string | undefined {
   if (!existsSync(EXECUTABLE)) return 'dist/install-cni not built';
   // A binary built before the sub-command existed is stale, not wrong.
   if (run(['--help']).status !== 0) return 'dist/install-cni predates istio-iptables (rebuild it)';
-  return false;
+  return undefined;
+}
+
+/** Run on its own, a missing or stale build skips; `make test` builds first and sets ISTIO_CNI_REQUIRE_DIST=1, so there it fails. */
+function skipReason(): string | false {
+  const why = missingOrStale();
+  if (why === undefined) return false;
+  if (process.env.ISTIO_CNI_REQUIRE_DIST === '1') throw new Error(`${why} (ISTIO_CNI_REQUIRE_DIST=1)`);
+  return why;
 }
 
 const skip = skipReason();

@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { after, test } from 'node:test';
 import { createExecCommandRunner, createScratchNetnsOpener } from '@istio-cni/dataplane';
 import type { ScratchNetns } from '@istio-cni/dataplane';
-import { runCommand } from './istioIptablesHarness.ts';
+import { runCommand } from '../../packages/install-cni/test/istioIptablesHarness.ts';
 
 /** Real kernel, root only: the command applies, is idempotent, refuses drift and reconciles it. */
 
