@@ -132,7 +132,10 @@ async function sidecarUnderFaults(): Promise<RobustnessRow> {
       created.push(netns);
       const pod = sidecarPod('bench-faults', `fault-${i}`);
       const attachment = { netns: netns.path, containerId: `bfault${i}`, address: netns.address, gateway: netns.gateway };
-      return { register: () => (r.api.upsertPod(pod), pod), attachment, conf: r.pluginConf(attachment) };
+      return { register: () => {
+        r.api.upsertPod(pod);
+        return pod;
+      }, attachment, conf: r.pluginConf(attachment) };
     });
     const result = await bounded('robustness: sidecar burst under faults', 300_000, () => burstUnderFaults(r.proxy!, pods));
     return row('sidecar, 100 pods', r.proxy!, result);
@@ -162,7 +165,10 @@ async function ambientUnderFaults(): Promise<RobustnessRow> {
     const pods = sandboxes.map((s) => {
       const pod = ambientPodObject(s);
       const attachment = attachmentOf(s);
-      return { register: () => (r.api.upsertPod(pod), pod), attachment, conf: r.pluginConf(attachment) };
+      return { register: () => {
+        r.api.upsertPod(pod);
+        return pod;
+      }, attachment, conf: r.pluginConf(attachment) };
     });
     const result = await bounded('robustness: ambient burst under faults', 300_000, () => burstUnderFaults(r.proxy!, pods));
     for (const s of sandboxes) {

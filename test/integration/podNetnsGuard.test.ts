@@ -94,7 +94,10 @@ const HOST_REASON = /it is the node's own network namespace|it is the network na
 test('the guard for real: node netns by every path, own netns, non-network namespaces; a pod netns opens', { skip: notRootSkip }, (t) => {
   const pod = addNetns('guard-pod');
   const node = addNetns('guard-node');
-  t.after(() => (pod.remove(), node.remove()));
+  t.after(() => {
+    pod.remove();
+    node.remove();
+  });
   // A host procfs root whose pid 1 sits in `node` (HOST_PROC_DIR is configurable).
   const hostProc = mkdtempSync(join(tmpdir(), 'host-proc-'));
   mkdirSync(join(hostProc, '1/ns'), { recursive: true });

@@ -93,7 +93,9 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
   const served = new WeakMap<Socket, number>();
   const sockets = new Set<Socket>();
   const watches = new Set<{ cut(): void; release(): void }>();
-  const faulted = (method: string) => void (counts.faultsByMethod[method] = (counts.faultsByMethod[method] ?? 0) + 1);
+  const faulted = (method: string): void => {
+    counts.faultsByMethod[method] = (counts.faultsByMethod[method] ?? 0) + 1;
+  };
 
   const pick = (): Fault | undefined => {
     const r = random();
@@ -139,7 +141,9 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
           res.write(chunk);
         };
         const watch = {
-          cut: () => void (cutNext = true),
+          cut: () => {
+            cutNext = true;
+          },
           release() {
             const chunks = held;
             held = [];
@@ -229,9 +233,15 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
     url: `http://127.0.0.1:${port}`,
     port,
     counts,
-    setRates: (r) => void (rates = r),
-    closeIdleOnReuse: (on) => void (closeOnReuse = on),
-    refuseLists: (n) => void (listsToRefuse = n),
+    setRates: (r) => {
+      rates = r;
+    },
+    closeIdleOnReuse: (on) => {
+      closeOnReuse = on;
+    },
+    refuseLists: (n) => {
+      listsToRefuse = n;
+    },
     cutWatchesMidObject() {
       for (const w of watches) w.cut();
     },

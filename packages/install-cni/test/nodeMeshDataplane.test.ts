@@ -23,7 +23,7 @@ const IPS = ['10.100.0.2'];
 const pod: Pod = {
   metadata: { name: 'app-0', namespace: 'mesh', uid: UID },
   spec: { containers: [{ name: 'app' }], serviceAccountName: 'sa-app' },
-  status: { phase: 'Running', podIP: IPS[0], podIPs: IPS.map((ip) => ({ ip })) },
+  status: { phase: 'Running', podIP: '10.100.0.2', podIPs: IPS.map((ip) => ({ ip })) },
 };
 
 /** Fakes for everything the dataplane talks to, each keeping what a real one would hold. */

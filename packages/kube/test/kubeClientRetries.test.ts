@@ -64,7 +64,9 @@ describe('backoff', () => {
           deadlineMs: 1000,
           classify: () => ({ retry: true }),
           now: () => clock,
-          sleep: async (ms) => void (clock += ms),
+          sleep: async (ms) => {
+            clock += ms;
+          },
         },
       ),
       /down/,
