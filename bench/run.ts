@@ -7,6 +7,7 @@ import { benchApplySidecarRules } from './applySidecarRules.ts';
 import { benchInstaller } from './installer.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
 import { benchSidecarAdd } from './sidecarAdd.ts';
+import { benchUpstreamPeer } from './upstreamPeer.ts';
 
 const runs = Number.parseInt(process.env.RUNS ?? '30', 10);
 console.log(`# istio-cni benchmarks (Node ${process.version}, ${runs} runs per scenario, ${new Date().toISOString()})`);
@@ -23,6 +24,10 @@ if (process.getuid?.() === 0) {
   }
   await benchSidecarAdd(runs);
   await benchAmbient(runs);
+  // PEER=0 leaves out the side-by-side run (it needs the e2e rig and upstream's build).
+  if (process.env.PEER !== '0') {
+    await benchUpstreamPeer({ runs, starts: Number.parseInt(process.env.PEER_STARTS ?? '10', 10), pods: Number.parseInt(process.env.PEER_PODS ?? '420', 10) });
+  }
 } else {
   console.log('\n(skipping netns benchmarks: not root)');
 }
