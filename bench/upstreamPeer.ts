@@ -20,7 +20,8 @@ import { realisticPod } from './realisticPod.ts';
 export const BENCH_CACHE = process.env.BENCH_CACHE ?? join(REPO_ROOT, '.bench-cache');
 const UPSTREAM_BIN = join(BENCH_CACHE, 'bin');
 const SANDBOX = join(REPO_ROOT, 'bench/upstream/sandbox.sh');
-const DIST = join(REPO_ROOT, 'dist');
+/** PEER_OURS_DIST points at another build of ours (a before/after comparison); dist/ by default. */
+const DIST = process.env.PEER_OURS_DIST ?? join(REPO_ROOT, 'dist');
 const NODE_NAME = 'bench-node';
 const NAMESPACE = 'bench';
 /** Upstream's readiness port is not settable. */

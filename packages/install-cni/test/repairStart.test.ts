@@ -49,7 +49,8 @@ describe('starting the repair controller', () => {
     assert.equal(podWatches(), 0);
 
     // Another node's selector, or a label selector of its own: a watch of its own.
-    for (const over of [{ REPAIR_NODE_NAME: 'node-b' }, { REPAIR_LABEL_SELECTORS: 'app=x' }]) {
+    const others: Record<string, string>[] = [{ REPAIR_NODE_NAME: 'node-b' }, { REPAIR_LABEL_SELECTORS: 'app=x' }];
+    for (const over of others) {
       const own = startRepairController({ settings: settings({ ...env, ...over }), kubeconfigPath, logger: captureLogger().logger, registry: registry(), sharedPods });
       assert.ok(own);
       t.after(() => own.stop());
