@@ -361,6 +361,21 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     rows.push(pairedRow('daemon start → istio-cni entry in the conflist', 'ms', { a: starts.up.map((s) => s.conflistMs), b: starts.ours.map((s) => s.conflistMs) }));
     rows.push(pairedRow('daemon start → `/readyz` 200', 'ms', { a: starts.up.map((s) => s.readyMs), b: starts.ours.map((s) => s.readyMs) }));
 
+    // Restarts after a crash (SIGKILL): the plugin, its kubeconfig and the conflist entry are still in place.
+    const crashStart = async (peer: Peer) => {
+      const { readyMs } = await startTimed(peer);
+      await stopDaemon(peer, 'SIGKILL');
+      return readyMs;
+    };
+    await crashStart(upstream);
+    await crashStart(ours);
+    rows.push(pairedRow('daemon restart after a crash → `/readyz` 200', 'ms', await paired(options.starts, 1, () => crashStart(upstream), () => crashStart(ours))));
+    // Back to the state a graceful stop leaves.
+    for (const p of peers) {
+      await startTimed(p);
+      await stopDaemon(p, 'SIGTERM');
+    }
+
     // Both daemons up for the plugin figures and the steady-state memory.
     await startTimed(upstream);
     await startTimed(ours);
