@@ -15,7 +15,8 @@ mkdir -p "$root"/{usr,etc,proc,sys,dev,tmp,run,opt/cni/bin,host/opt/cni/bin,var/
 for link in bin sbin lib lib64; do
   [[ -e "$root/$link" || -L "$root/$link" ]] || ln -s "usr/$link" "$root/$link"
 done
-for dir in usr etc proc sys dev tmp run; do
+# /tmp first: ROOT usually lies under it, and a later recursive bind would carry the mounts below.
+for dir in tmp usr etc proc sys dev run; do
   mount --rbind "/$dir" "$root/$dir"
 done
 mount --bind "$image_bin" "$root/opt/cni/bin"
