@@ -12,7 +12,7 @@ BIOME := $(NODE) node_modules/@biomejs/biome/bin/biome
 UNIT_TESTS := packages/*/test/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
-.PHONY: all build lint format typecheck test test-fast test-unit test-integration bench e2e clean
+.PHONY: all build lint format typecheck test test-fast test-unit test-integration bench bench-peer e2e clean
 
 all: build
 
@@ -56,8 +56,15 @@ test: lint typecheck build
 test-fast: lint typecheck build
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 
+# Root runs the side by side with upstream's Go agent too: it needs the e2e rig (a real
+# kube-apiserver) and upstream's build, both cached. PEER=0 leaves it out.
 bench: build
+	@if [ "$$(id -u)" = 0 ] && [ "$(PEER)" != 0 ]; then $(MAKE) e2e-rig bench-peer; fi
 	$(NODE) bench/run.ts
+
+# Upstream Istio's istio-cni and install-cni from the Go module proxy, into .bench-cache/.
+bench-peer:
+	bash bench/upstream/build.sh
 
 clean:
 	rm -rf dist build

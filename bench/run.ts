@@ -10,6 +10,7 @@ import { bounded } from './measure.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
 import { benchRobustness } from './robustness.ts';
 import { benchSidecarAdd } from './sidecarAdd.ts';
+import { benchUpstreamPeer } from './upstreamPeer.ts';
 
 const runs = Number.parseInt(process.env.RUNS ?? '30', 10);
 const MINUTE = 60_000;
@@ -28,6 +29,15 @@ if (process.getuid?.() === 0) {
   await bounded('bench: end-to-end sidecar ADD', 10 * MINUTE, () => benchSidecarAdd(runs));
   await bounded('bench: ambient enrolment', 15 * MINUTE, () => benchAmbient(runs));
   await bounded('bench: robustness under API faults', 15 * MINUTE, () => benchRobustness());
+  // PEER=0 leaves out the side-by-side run (it needs the e2e rig and upstream's build).
+  if (process.env.PEER !== '0') {
+    const peer = {
+      runs,
+      starts: Number.parseInt(process.env.PEER_STARTS ?? '10', 10),
+      pods: Number.parseInt(process.env.PEER_PODS ?? '420', 10),
+    };
+    await bounded('bench: side by side with upstream', 30 * MINUTE, () => benchUpstreamPeer(peer));
+  }
 } else {
   console.log('\n(skipping netns benchmarks: not root)');
 }

@@ -86,7 +86,13 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     });
     closers.push(() => handoff.close());
     // As upstream `cni/pkg/cmd/root.go`: the repair controller starts after the agent, before the installer loop.
-    const repair = startRepairController({ settings, kubeconfigPath: opts.kubeconfigPath, logger, registry: metrics.registry });
+    const repair = startRepairController({
+      settings,
+      kubeconfigPath: opts.kubeconfigPath,
+      logger,
+      registry: metrics.registry,
+      ...(agent ? { sharedPods: agent.pods } : {}),
+    });
     if (repair) closers.push(async () => repair.stop());
     // The installer starts right away; /readyz waits for the ambient agent's start-up (docs/architecture.md "Readiness").
     if (agent) {

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, symlink, writeFile, copyFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { copyBinaries } from '../src/installer/copyBinaries.ts';
+import { copyBinaries, VERIFIED_COPIES_FILE } from '../src/installer/copyBinaries.ts';
 import { buildKubeconfig, writeKubeconfig } from '../src/installer/kubeconfig.ts';
 import { Installer } from '../src/installer/installer.ts';
 import { atomicWrite } from '../src/installer/atomicWrite.ts';
@@ -113,6 +113,37 @@ describe('installer watch loop', () => {
     // A fresh installer (daemon restart) over the installed node writes nothing either.
     const restarted = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
     assert.deepEqual(await restarted.installAll(), { bytesWritten: 0, filesWritten: [] });
+  });
+
+  it('a restart trusts the verified copies of the last run, and re-reads a target rewritten since', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const events = (lines: Record<string, unknown>[]) => lines.map((l) => l.msg).filter((m) => typeof m === 'string' && /binary/.test(m));
+    await new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger }).installAll();
+    assert.ok(existsSync(join(host.runDir, VERIFIED_COPIES_FILE)));
+
+    const restart = captureLogger();
+    assert.deepEqual(await new Installer({ settings: cniTestSettings(host), logger: restart.logger }).installAll(), { bytesWritten: 0, filesWritten: [] });
+    assert.ok(events(restart.lines).length > 0);
+    assert.ok(events(restart.lines).every((m) => m === 'binary unchanged since verified'), JSON.stringify(events(restart.lines)));
+
+    // Same size, same bytes even: a rewrite is a new file version, so it is compared again.
+    const plugin = join(host.binDir, 'istio-cni');
+    await writeFile(plugin, await readFile(plugin));
+    const afterRewrite = captureLogger();
+    await new Installer({ settings: cniTestSettings(host), logger: afterRewrite.logger }).installAll();
+    assert.ok(events(afterRewrite.lines).includes('binary verified equal by content'), JSON.stringify(events(afterRewrite.lines)));
+
+    // Different bytes of the same size: copied back.
+    const original = await readFile(plugin);
+    await writeFile(plugin, Buffer.alloc(original.length, 0x5a));
+    await new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger }).installAll();
+    assert.deepEqual(await readFile(plugin), original);
+
+    const installer = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
+    await installer.installAll();
+    await installer.cleanup();
+    assert.equal(existsSync(join(host.runDir, VERIFIED_COPIES_FILE)), false);
   });
 
   it('rewrites the kubeconfig when kubelet rotates the token via a ..data symlink swap', async (t) => {

@@ -3,7 +3,7 @@ import { createExecCommandRunner, createPodNetnsGuard, createScratchNetnsOpener,
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
 import { createKubeClient, type KubeClient, loadKubeConfig, nodePath, type KubeConfigSource } from '@istio-cni/kube';
-import { watchCluster, type ClusterWatch } from '../kube/watchCluster.ts';
+import { watchCluster, type ClusterWatch, type PodWatch } from '../kube/watchCluster.ts';
 import { createDaemonSetLookup } from '../kube/daemonSetLookup.ts';
 import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
 import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
@@ -44,6 +44,8 @@ export interface NodeAgent {
   /** Resolves once the informers are synced and, with ambient, the start-up reconciliation ran. */
   ready: Promise<void>;
   notReadyReason(): string | undefined;
+  /** This node's pod informer, which repair shares when its selectors are the same. */
+  pods: PodWatch;
   /** The DaemonSet lookup for the upgrade-safe shutdown (ambient only). */
   upgradeLookup?: DaemonSetLookup;
   /** `cleanup`: not an upgrade, so node-level ambient state (host rules, probe sets) goes too. */
@@ -94,6 +96,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   });
   return {
     handler: (request) => handler.handle(request),
+    pods: cluster.pods,
     ready,
     notReadyReason,
     ...(options.ambientEnabled

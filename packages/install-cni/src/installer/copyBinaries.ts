@@ -1,19 +1,51 @@
-import { open, readdir, stat } from 'node:fs/promises';
+import { open, readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '@istio-cni/handoff';
 import { atomicCopy, removeStaleTemps } from './atomicWrite.ts';
 import { recordWrite, type WriteStats } from './writeStats.ts';
 
-/** Identity of a file version: changes whenever the file is rewritten or replaced. */
-function signature(st: { dev: number; ino: number; size: number; mtimeMs: number; ctimeMs: number; mode: number }): string {
+type FileStat = { dev: number; ino: number; size: number; mtimeMs: number; ctimeMs: number; mode: number };
+
+/**
+ * Identity of a file version: changes whenever the file is rewritten or replaced (a write moves
+ * mtime and ctime, and nothing in user space can set ctime back).
+ */
+function signature(st: FileStat): string {
   return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${st.mode}`;
 }
 
 /**
+ * The same for the image's copy, without the device: an overlay mount gets a new device number
+ * each time the container starts, while the file version it shows stays the same.
+ */
+function sourceSignature(st: FileStat): string {
+  return `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${st.mode}`;
+}
+
+/**
  * Remembers which target files were verified equal to which source version, so a pass over an
- * unchanged node neither rewrites nor re-reads a (large) plugin binary.
+ * unchanged node neither rewrites nor re-reads a (large) plugin binary. Kept in the run dir (see
+ * {@link loadVerifiedCopies}), so a restarted daemon does not read both copies again either.
  */
 export type VerifiedCopies = Map<string, string>;
+
+/** File name, in the agent run dir, of the {@link VerifiedCopies} of the last run. */
+export const VERIFIED_COPIES_FILE = 'verified-binaries.json';
+
+/** The record a previous run left; empty when there is none or it does not parse. */
+export async function loadVerifiedCopies(path: string): Promise<VerifiedCopies> {
+  try {
+    const doc: unknown = JSON.parse(await readFile(path, 'utf8'));
+    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return new Map();
+    return new Map(Object.entries(doc).filter((e): e is [string, string] => typeof e[1] === 'string'));
+  } catch {
+    return new Map();
+  }
+}
+
+export function serializeVerifiedCopies(verified: VerifiedCopies): string {
+  return `${JSON.stringify(Object.fromEntries([...verified].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))))}\n`;
+}
 
 const CHUNK = 1 << 20;
 
@@ -67,13 +99,17 @@ export async function copyBinaries(o: CopyBinariesOptions): Promise<Set<string>>
       const dst = join(dir, entry.name);
       const stale = await removeStaleTemps(dst);
       if (stale.length > 0) o.logger?.info('removed stale temp files', { dir, files: stale });
-      const srcSig = signature(srcStat);
+      const srcSig = sourceSignature(srcStat);
       try {
         const dstStat = await stat(dst);
         const key = `${srcSig}|${signature(dstStat)}`;
-        if (o.verified?.get(dst) === key) continue;
+        if (o.verified?.get(dst) === key) {
+          o.logger?.debug('binary unchanged since verified', { path: dst });
+          continue;
+        }
         if ((dstStat.mode & 0o7777) === mode) {
           if (await sameContent(dst, src)) {
+            o.logger?.debug('binary verified equal by content', { path: dst });
             o.verified?.set(dst, key);
             continue;
           }

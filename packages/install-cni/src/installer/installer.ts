@@ -1,18 +1,20 @@
+import { mkdir, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { Settings } from '../settings/settings.ts';
 import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
+import { atomicWrite } from './atomicWrite.ts';
 import { cleanupInstall, type CleanupReport } from './cleanupInstall.ts';
 import { isConfigFileName } from './cniConfigFiles.ts';
 import { cniConfigSettings, type CniConfigSettings } from './cniConfigSettings.ts';
-import { copyBinaries, type VerifiedCopies } from './copyBinaries.ts';
+import { copyBinaries, loadVerifiedCopies, serializeVerifiedCopies, VERIFIED_COPIES_FILE, type VerifiedCopies } from './copyBinaries.ts';
 import { DirWatcher, type WatchTarget } from './dirWatcher.ts';
 import { InstallThrottle, type ThrottleOptions } from './installThrottle.ts';
 import { writeKubeconfig } from './kubeconfig.ts';
 import { WaitAborted } from './resolveCniConfigPath.ts';
 import { writeCniConfig, type ConfigRecord } from './writeCniConfig.ts';
-import { newWriteStats, type WriteStats } from './writeStats.ts';
+import { newWriteStats, recordWrite, type WriteStats } from './writeStats.ts';
 
 export type InstallResult = 'SUCCESS' | 'COPY_BINARIES_FAILURE' | 'CREATE_KUBECONFIG_FAILURE' | 'CREATE_CNI_CONFIG_FAILURE';
 
@@ -72,7 +74,9 @@ export class Installer {
   readonly #throttleOptions: Partial<ThrottleOptions>;
   readonly #state: CheckState = { configPath: '', primaryName: '' };
   readonly #records = new Map<string, ConfigRecord>();
-  readonly #verified: VerifiedCopies = new Map();
+  #verified: VerifiedCopies = new Map();
+  /** What the verified-copies file holds, as written or read. */
+  #verifiedSaved: string | undefined;
   #installedBins: Set<string> | undefined;
   #ready = false;
   /** Stats of the most recent pass. */
@@ -119,6 +123,10 @@ export class Installer {
     const s = this.#s;
     this.passes++;
     try {
+      if (this.#verifiedSaved === undefined) {
+        this.#verified = await loadVerifiedCopies(this.#verifiedCopiesPath);
+        this.#verifiedSaved = serializeVerifiedCopies(this.#verified);
+      }
       const copied = await copyBinaries({
         sourceDir: s.cniBinSourceDir,
         targetDirs: s.cniBinTargetDirs,
@@ -128,6 +136,7 @@ export class Installer {
         stats,
       });
       this.#installedBins ??= copied;
+      await this.#saveVerified(stats);
     } catch (err) {
       if (errorMessage(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
         this.#log.warn('hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation');
@@ -169,6 +178,20 @@ export class Installer {
     }
     this.lastPass = stats;
     return stats;
+  }
+
+  get #verifiedCopiesPath(): string {
+    return runDirPath(this.#s.cniAgentRunDir, VERIFIED_COPIES_FILE);
+  }
+
+  /** Keeps the verified copies for the next run: a restart then trusts them without reading the binaries again. */
+  async #saveVerified(stats: WriteStats): Promise<void> {
+    const text = serializeVerifiedCopies(this.#verified);
+    if (text === this.#verifiedSaved) return;
+    await mkdir(this.#s.cniAgentRunDir, { recursive: true });
+    await atomicWrite(this.#verifiedCopiesPath, text, 0o600);
+    recordWrite(stats, this.#verifiedCopiesPath, text);
+    this.#verifiedSaved = text;
   }
 
   #remember(record: ConfigRecord): void {
@@ -290,6 +313,9 @@ export class Installer {
     this.#setReady(false);
     const configs = [{ path: this.#state.configPath, record: this.#records.get(this.#state.configPath) }];
     for (const [path, record] of this.#records) configs.push({ path, record });
+    await rm(this.#verifiedCopiesPath, { force: true });
+    this.#verifiedSaved = undefined;
+    this.#verified = new Map();
     return cleanupInstall({
       netDir: this.#s.mountedCniNetDir,
       chained: this.#s.cni.chainedCniPlugin,

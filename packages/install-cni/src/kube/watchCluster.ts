@@ -11,8 +11,16 @@ export interface WatchClusterOptions {
   retryDelayMs?: number;
 }
 
+/** The pod informer's cache and selector, for another consumer with the same selector to share (repair). */
+export interface PodWatch {
+  fieldSelector: string;
+  store: ObjectStore<Pod>;
+  synced: Promise<void>;
+}
+
 export interface ClusterWatch {
   view: ClusterView;
+  pods: PodWatch;
   reader: KubeReader;
   /** Resolves once pods and namespaces are listed (informers synced). */
   synced: Promise<void>;
@@ -26,7 +34,8 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
   let podsSynced = false;
   let namespacesSynced = false;
   const common = { logger: options.logger, ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }) };
-  const podInformer = runInformer(client, { ...common, what: 'pod', path: '/api/v1/pods', fieldSelector: `spec.nodeName=${options.nodeName}`, store: pods });
+  const podFieldSelector = `spec.nodeName=${options.nodeName}`;
+  const podInformer = runInformer(client, { ...common, what: 'pod', path: '/api/v1/pods', fieldSelector: podFieldSelector, store: pods });
   const namespaceInformer = runInformer(client, { ...common, what: 'namespace', path: '/api/v1/namespaces', store: namespaces });
   const synced = Promise.all([
     podInformer.synced.then(() => {
@@ -55,6 +64,7 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
 
   return {
     view,
+    pods: { fieldSelector: podFieldSelector, store: pods, synced: podInformer.synced },
     reader,
     synced,
     stop() {

@@ -13,11 +13,14 @@ import type { Registry } from 'prom-client';
 import { createKubeClient, loadKubeConfig } from '@istio-cni/kube';
 import type { Settings } from '../settings/settings.ts';
 import { daemonKubeSource } from './daemonKubeSource.ts';
+import type { ObjectStore } from '../kube/clusterView.ts';
 import { createKubeRepairApi } from './kubeRepairApi.ts';
+import type { RepairPod } from './repairPod.ts';
 import { brokenPodFilter, createRepairController, repairMode, type RepairController, type RepairInPlace } from './repairController.ts';
 import { createRepairMetrics } from './repairMetrics.ts';
 import { createInPlaceRepairer } from './repairPodInPlace.ts';
-import { repairFieldSelector, watchRepairPods } from './watchRepairPods.ts';
+import type { PodWatch } from '../kube/watchCluster.ts';
+import { repairFieldSelector, watchRepairPods, type RepairPodWatch } from './watchRepairPods.ts';
 
 export interface StartRepairOptions {
   settings: Settings;
@@ -25,6 +28,11 @@ export interface StartRepairOptions {
   kubeconfigPath?: string | undefined;
   logger: Logger;
   registry: Registry;
+  /**
+   * The agent's pod informer: used instead of a second watch of the same pods when repair's
+   * selectors (REPAIR_LABEL_SELECTORS, REPAIR_FIELD_SELECTORS and the node) select exactly what it does.
+   */
+  sharedPods?: PodWatch;
   /** Test hooks. */
   retryDelayMs?: number;
   captureEnv?: Record<string, string | undefined>;
@@ -59,12 +67,22 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
   // NODE_NAME (downward API) before KUBERNETES_NODE_NAME, which falls back to the container's hostname.
   const nodeName = repair.nodeName || settings.nodeName || settings.k8sNodeName;
   const kube = createKubeClient(loadKubeConfig(source));
-  const watch = watchRepairPods(kube, {
-    labelSelector: repair.labelSelectors,
-    fieldSelector: repairFieldSelector(repair.fieldSelectors, nodeName),
-    logger,
-    ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }),
-  });
+  const fieldSelector = repairFieldSelector(repair.fieldSelectors, nodeName);
+  const shared = options.sharedPods;
+  const sharing = shared !== undefined && repair.labelSelectors === '' && shared.fieldSelector === fieldSelector;
+  let watch: RepairPodWatch;
+  if (sharing) {
+    // The agent's cache holds the whole pod (managedFields aside): every field repair reads is there.
+    watch = { pods: shared.store as ObjectStore<RepairPod>, synced: shared.synced, stop: () => undefined };
+    logger.info('repair shares the agent\'s pod informer', { fieldSelector });
+  } else {
+    watch = watchRepairPods(kube, {
+      labelSelector: repair.labelSelectors,
+      fieldSelector,
+      logger,
+      ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }),
+    });
+  }
   let repairInPlace: RepairInPlace | undefined;
   if (mode === 'repair') {
     const runner = createExecCommandRunner();

@@ -1,0 +1,431 @@
+/**
+ * Side by side with the agent users would run instead: upstream Istio's Go `install-cni` and
+ * `istio-cni`, built by bench/upstream/build.sh. Both daemons run against the rig's real
+ * kube-apiserver holding a few hundred realistic pods, each with the chart's default environment
+ * (sidecar mode, repair on) and scratch host dirs; every timed figure is taken in pairs (upstream,
+ * ours, alternating which goes first) so that machine drift hits both alike, and its ratio is the
+ * median of the per-pair ratios.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { findObject, parseManifest, DEFAULT_MANIFEST, RELEASE_NAMESPACE } from '../test/e2e/support/chart.ts';
+import { startCluster, type Cluster } from '../test/e2e/support/cluster.ts';
+import { freePort } from '../test/e2e/support/freePort.ts';
+import { REPO_ROOT } from '../test/e2e/support/rigPaths.ts';
+import { median, timeProcess } from './measure.ts';
+import { realisticPod } from './realisticPod.ts';
+
+export const BENCH_CACHE = process.env.BENCH_CACHE ?? join(REPO_ROOT, '.bench-cache');
+const UPSTREAM_BIN = join(BENCH_CACHE, 'bin');
+const SANDBOX = join(REPO_ROOT, 'bench/upstream/sandbox.sh');
+/** PEER_OURS_DIST points at another build of ours (a before/after comparison); dist/ by default. */
+const DIST = process.env.PEER_OURS_DIST ?? join(REPO_ROOT, 'dist');
+const NODE_NAME = 'bench-node';
+const NAMESPACE = 'bench';
+/** Upstream's readiness port is not settable. */
+const UPSTREAM_READINESS_PORT = 8000;
+const PATH_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
+const PRIMARY_CONFLIST = 'primary.conflist';
+
+type Side = 'upstream' | 'ours';
+
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath: string } };
+}
+
+/** The chart's ConfigMap plus the install-cni container's env (downward API resolved) and args. */
+function chartEnvironment(): { env: Record<string, string>; args: string[] } {
+  const objects = parseManifest(readFileSync(DEFAULT_MANIFEST, 'utf8'));
+  const env: Record<string, string> = { ...(findObject(objects, 'ConfigMap', 'istio-cni-config').data as Record<string, string>) };
+  const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+    spec: { template: { spec: { containers: { name: string; args?: string[]; env?: EnvVar[] }[] } } };
+  };
+  const container = ds.spec.template.spec.containers.find((c) => c.name === 'install-cni');
+  if (container === undefined) throw new Error('the DaemonSet has no install-cni container');
+  for (const e of container.env ?? []) {
+    if (e.value !== undefined) env[e.name] = e.value;
+    const field = e.valueFrom?.fieldRef?.fieldPath;
+    if (field === 'spec.nodeName') env[e.name] = NODE_NAME;
+    else if (field === 'metadata.name') env[e.name] = 'istio-cni-node-bench';
+    else if (field === 'metadata.namespace') env[e.name] = RELEASE_NAMESPACE;
+  }
+  return { env, args: container.args ?? [] };
+}
+
+/** One node's worth of host dirs and one daemon, ours or upstream's. */
+interface Peer {
+  side: Side;
+  dir: string;
+  netDir: string;
+  runDir: string;
+  /** The installed plugin, as the container runtime runs it. */
+  plugin: string;
+  daemonBinary: string;
+  pluginSource: string;
+  child: ChildProcess | undefined;
+  readinessPort: number;
+  spawnDaemon(): ChildProcess;
+}
+
+function makePeer(side: Side, cluster: Cluster, chart: { env: Record<string, string>; args: string[] }, readinessPort: number, monitoringPort: number, ctrlzPort: number): Peer {
+  const dir = mkdtempSync(join(tmpdir(), `istio-cni-bench-${side}-`));
+  const imageBin = join(dir, 'image/opt/cni/bin');
+  const hostBin = join(dir, 'host/opt/cni/bin');
+  const netDir = join(dir, 'host/etc/cni/net.d');
+  const runDir = join(dir, 'host/var/run/istio-cni');
+  const saDir = join(dir, 'serviceaccount');
+  for (const d of [imageBin, hostBin, netDir, saDir]) mkdirSync(d, { recursive: true });
+  const pluginSource = side === 'ours' ? join(DIST, 'istio-cni') : join(UPSTREAM_BIN, 'istio-cni');
+  copyFileSync(pluginSource, join(imageBin, 'istio-cni'));
+  const daemonBinary = join(dir, 'install-cni');
+  copyFileSync(side === 'ours' ? join(DIST, 'install-cni') : join(UPSTREAM_BIN, 'install-cni'), daemonBinary);
+  writeFileSync(join(saDir, 'token'), cluster.adminToken);
+  writeFileSync(join(saDir, 'ca.crt'), cluster.caPem);
+  writeFileSync(join(saDir, 'namespace'), RELEASE_NAMESPACE);
+  writePrimaryConflist(netDir);
+  const env: Record<string, string> = {
+    ...PATH_ENV,
+    ...chart.env,
+    KUBERNETES_SERVICE_HOST: cluster.host,
+    KUBERNETES_SERVICE_PORT: String(cluster.port),
+    MOUNTED_CNI_NET_DIR: netDir,
+    CNI_AGENT_RUN_DIR: runDir,
+    MONITORING_PORT: String(monitoringPort),
+  };
+  const log = join(dir, 'install-cni.log');
+  const peer: Peer = {
+    side,
+    dir,
+    netDir,
+    runDir,
+    plugin: join(hostBin, 'istio-cni'),
+    daemonBinary,
+    pluginSource,
+    child: undefined,
+    readinessPort,
+    spawnDaemon() {
+      let argv: string[];
+      let daemonEnv = env;
+      if (side === 'ours') {
+        argv = [daemonBinary, ...chart.args];
+        daemonEnv = { ...env, CNI_BIN_SOURCE_DIR: imageBin, CNI_BIN_TARGET_DIRS: hostBin, SERVICE_ACCOUNT_DIR: saDir, READINESS_PORT: String(readinessPort) };
+      } else {
+        const root = join(dir, 'root');
+        mkdirSync(root, { recursive: true });
+        argv = ['unshare', '--mount', '--propagation', 'private', '--', 'bash', SANDBOX, root, imageBin, hostBin, saDir, '--', daemonBinary, ...chart.args, `--ctrlz_port=${ctrlzPort}`];
+      }
+      const fd = openSync(log, 'a');
+      const child = spawn(argv[0] as string, argv.slice(1), { env: daemonEnv, stdio: ['ignore', fd, fd] });
+      closeSync(fd);
+      peer.child = child;
+      return child;
+    },
+  };
+  return peer;
+}
+
+function writePrimaryConflist(netDir: string): void {
+  const conflist = {
+    cniVersion: '1.0.0',
+    name: 'k8s-pod-network',
+    plugins: [
+      { type: 'bridge', bridge: 'cni0', isGateway: true, ipMasq: false, ipam: { type: 'host-local', subnet: '10.244.0.0/24' } },
+      { type: 'portmap', capabilities: { portMappings: true } },
+    ],
+  };
+  writeFileSync(join(netDir, PRIMARY_CONFLIST), `${JSON.stringify(conflist, null, 2)}\n`);
+}
+
+/** The istio-cni entry of the primary conflist, as the runtime hands it to the plugin (name, cniVersion, prevResult). */
+function pluginConfig(peer: Peer): string | undefined {
+  let doc: { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
+  try {
+    doc = JSON.parse(readFileSync(join(peer.netDir, PRIMARY_CONFLIST), 'utf8')) as typeof doc;
+  } catch {
+    return undefined;
+  }
+  const entry = doc.plugins.find((p) => p.type === 'istio-cni');
+  if (entry === undefined) return undefined;
+  return JSON.stringify({
+    ...entry,
+    cniVersion: doc.cniVersion,
+    name: doc.name,
+    prevResult: { cniVersion: doc.cniVersion, interfaces: [{ name: 'eth0', sandbox: '/var/run/netns/bench' }], ips: [{ address: '10.244.0.5/24', gateway: '10.244.0.1', interface: 0 }], dns: {} },
+  });
+}
+
+async function readyzStatus(port: number): Promise<number> {
+  try {
+    return (await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) })).status;
+  } catch {
+    return 0;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((r) => child.once('exit', () => r()));
+}
+
+async function stopDaemon(peer: Peer, signal: NodeJS.Signals): Promise<void> {
+  const child = peer.child;
+  if (child === undefined) return;
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  await exited(child);
+  clearTimeout(timer);
+  peer.child = undefined;
+}
+
+/** Starts the daemon; resolves with ms from spawn to the istio-cni entry in the conflist and to /readyz 200. */
+async function startTimed(peer: Peer): Promise<{ conflistMs: number; readyMs: number }> {
+  const start = process.hrtime.bigint();
+  const since = () => Number(process.hrtime.bigint() - start) / 1e6;
+  const child = peer.spawnDaemon();
+  let conflistMs: number | undefined;
+  let readyMs: number | undefined;
+  const deadline = Date.now() + 60_000;
+  const conflistWatch = (async () => {
+    while (conflistMs === undefined && Date.now() < deadline && child.exitCode === null) {
+      if (pluginConfig(peer) !== undefined) conflistMs = since();
+      else await sleep(5);
+    }
+  })();
+  while (readyMs === undefined && Date.now() < deadline && child.exitCode === null) {
+    if ((await readyzStatus(peer.readinessPort)) === 200) readyMs = since();
+    else await sleep(5);
+  }
+  await conflistWatch;
+  if (conflistMs === undefined || readyMs === undefined) {
+    const log = readFileSync(join(peer.dir, 'install-cni.log'), 'utf8').split('\n').slice(-30).join('\n');
+    throw new Error(`${peer.side} install-cni did not install and become ready (exit ${child.exitCode}):\n${log}`);
+  }
+  return { conflistMs, readyMs };
+}
+
+const SIDECAR_STATUS = '{"initContainers":["istio-validation"],"containers":["istio-proxy"]}';
+
+/** count pods on the bench node, one in ten with an injected sidecar, each as kubelet would have reported it. */
+async function createPods(cluster: Cluster, count: number): Promise<void> {
+  await cluster.ensureNamespace(NAMESPACE);
+  const one = async (i: number) => {
+    const meshed = i % 10 === 0;
+    const name = `app-${i}`;
+    const containers = meshed ? [{ name: 'app', image: 'nginx' }, { name: 'istio-proxy', image: 'proxyv2' }] : [{ name: 'app', image: 'nginx' }];
+    const base = realisticPod({
+      metadata: { name, namespace: NAMESPACE, labels: { app: `app-${i % 20}` } },
+      spec: { nodeName: NODE_NAME, containers, ...(meshed ? { initContainers: [{ name: 'istio-validation', image: 'proxyv2' }] } : {}) },
+      status: { podIP: `10.244.${Math.floor(i / 250)}.${(i % 250) + 2}` },
+    } as unknown as Parameters<typeof realisticPod>[0]) as unknown as { metadata: Record<string, unknown>; spec: Record<string, unknown>; status: Record<string, unknown> };
+    const annotations = { ...(base.metadata.annotations as Record<string, string>), ...(meshed ? { 'sidecar.istio.io/status': SIDECAR_STATUS } : {}) };
+    const { managedFields: _managedFields, creationTimestamp: _created, ownerReferences: _owners, ...metadata } = base.metadata;
+    const created = await cluster.api.must<{ metadata: { resourceVersion: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/pods`, { ...base, metadata: { ...metadata, annotations } });
+    // Creation resets the status; kubelet's report is what makes a cached pod its real size.
+    await cluster.api.must('PUT', `/api/v1/namespaces/${NAMESPACE}/pods/${name}/status`, {
+      ...base,
+      metadata: { ...metadata, annotations, resourceVersion: created.metadata.resourceVersion },
+      status: { ...base.status, phase: 'Running', podIPs: [{ ip: base.status.podIP }] },
+    });
+  };
+  const queue = Array.from({ length: count }, (_, i) => i);
+  await Promise.all(Array.from({ length: 8 }, async () => {
+    for (let i = queue.shift(); i !== undefined; i = queue.shift()) await one(i);
+  }));
+}
+
+/** Runs a and b alternately (a b, b a, …) after warm-up rounds; returns both series, pair by pair. */
+async function paired(runs: number, warmup: number, a: () => Promise<number>, b: () => Promise<number>): Promise<{ a: number[]; b: number[] }> {
+  const out = { a: [] as number[], b: [] as number[] };
+  for (let i = 0; i < warmup + runs; i++) {
+    let ta: number;
+    let tb: number;
+    if (i % 2 === 0) {
+      ta = await a();
+      tb = await b();
+    } else {
+      tb = await b();
+      ta = await a();
+    }
+    if (i >= warmup) {
+      out.a.push(ta);
+      out.b.push(tb);
+    }
+  }
+  return out;
+}
+
+interface Row {
+  figure: string;
+  upstream: number;
+  ours: number;
+  /** Median of per-pair ratios when the figure was paired, else ours / upstream. */
+  ratio: number;
+  runs: string;
+  unit: string;
+}
+
+function pairedRow(figure: string, unit: string, series: { a: number[]; b: number[] }): Row {
+  const ratios = series.b.map((v, i) => v / (series.a[i] as number));
+  return { figure, upstream: median(series.a), ours: median(series.b), ratio: median(ratios), runs: `${series.a.length} pairs`, unit };
+}
+
+function singleRow(figure: string, unit: string, upstream: number, ours: number, runs = '1'): Row {
+  return { figure, upstream, ours, ratio: ours / upstream, runs, unit };
+}
+
+function procStatus(pid: number): { rssMiB: number; anonMiB: number } {
+  const text = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return { rssMiB: kb('VmRSS') / 1024, anonMiB: kb('RssAnon') / 1024 };
+}
+
+/** Sum of the API server's open WATCH requests. */
+async function openWatches(cluster: Cluster): Promise<number> {
+  const res = await cluster.api.request('GET', '/metrics');
+  let total = 0;
+  for (const line of res.text.split('\n')) {
+    if (line.startsWith('apiserver_longrunning_requests{') && line.includes('verb="WATCH"')) total += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return total;
+}
+
+/** Peak RSS in MiB of one run of argv, through GNU time's %M. */
+async function peakMiB(argv: string[], env: NodeJS.ProcessEnv, stdin: string, scratch: string): Promise<number> {
+  const out = join(scratch, 'time.out');
+  await timeProcess(['/usr/bin/time', '-f', '%M', '-o', out, ...argv], env, stdin);
+  return Number(readFileSync(out, 'utf8').trim().split('\n').pop()) / 1024;
+}
+
+function printRows(rows: Row[]): void {
+  console.log('\n## Side by side with upstream Istio\'s Go agent (ratio = ours / upstream)\n');
+  console.log('| figure | upstream | ours | ratio | runs |');
+  console.log('|---|---:|---:|---:|---:|');
+  for (const r of rows) {
+    const digits = r.unit === 'ms' || r.unit === 'MiB' ? 1 : 0;
+    const fmt = (v: number) => `${v.toFixed(digits)}${r.unit === '' ? '' : ` ${r.unit}`}`;
+    console.log(`| ${r.figure} | ${fmt(r.upstream)} | ${fmt(r.ours)} | ${r.ratio.toFixed(2)} | ${r.runs} |`);
+  }
+}
+
+export interface PeerBenchOptions {
+  runs: number;
+  /** Daemon restarts measured per side. */
+  starts: number;
+  pods: number;
+}
+
+export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void> {
+  for (const bin of ['istio-cni', 'install-cni']) {
+    if (!existsSync(join(UPSTREAM_BIN, bin))) throw new Error(`${join(UPSTREAM_BIN, bin)} is missing: run \`bash bench/upstream/build.sh\``);
+  }
+  if ((await readyzStatus(UPSTREAM_READINESS_PORT)) !== 0) throw new Error(`port ${UPSTREAM_READINESS_PORT} is taken: upstream's readiness server needs it`);
+  const cluster = await startCluster();
+  const peers: Peer[] = [];
+  try {
+    const t0 = Date.now();
+    await createPods(cluster, options.pods);
+    console.log(`\n(${options.pods} pods created in ${((Date.now() - t0) / 1000).toFixed(1)} s on the rig's kube-apiserver)`);
+    const chart = chartEnvironment();
+    const upstream = makePeer('upstream', cluster, chart, UPSTREAM_READINESS_PORT, await freePort(), await freePort());
+    const ours = makePeer('ours', cluster, chart, await freePort(), await freePort(), 0);
+    peers.push(upstream, ours);
+    const rows: Row[] = [];
+
+    // Restarts: each side's graceful stop removed what it installed, as on a rolling update.
+    const starts = { up: [] as { conflistMs: number; readyMs: number }[], ours: [] as { conflistMs: number; readyMs: number }[] };
+    const startOnce = async (peer: Peer, into: { conflistMs: number; readyMs: number }[]) => {
+      into.push(await startTimed(peer));
+      await stopDaemon(peer, 'SIGTERM');
+    };
+    for (let i = 0; i < options.starts + 1; i++) {
+      const up: { conflistMs: number; readyMs: number }[] = [];
+      const our: { conflistMs: number; readyMs: number }[] = [];
+      if (i % 2 === 0) {
+        await startOnce(upstream, up);
+        await startOnce(ours, our);
+      } else {
+        await startOnce(ours, our);
+        await startOnce(upstream, up);
+      }
+      if (i > 0) {
+        starts.up.push(...up);
+        starts.ours.push(...our);
+      }
+    }
+    rows.push(pairedRow('daemon start → istio-cni entry in the conflist', 'ms', { a: starts.up.map((s) => s.conflistMs), b: starts.ours.map((s) => s.conflistMs) }));
+    rows.push(pairedRow('daemon start → `/readyz` 200', 'ms', { a: starts.up.map((s) => s.readyMs), b: starts.ours.map((s) => s.readyMs) }));
+
+    // Restarts after a crash (SIGKILL): the plugin, its kubeconfig and the conflist entry are still in place.
+    const crashStart = async (peer: Peer) => {
+      const { readyMs } = await startTimed(peer);
+      await stopDaemon(peer, 'SIGKILL');
+      return readyMs;
+    };
+    await crashStart(upstream);
+    await crashStart(ours);
+    rows.push(pairedRow('daemon restart after a crash → `/readyz` 200', 'ms', await paired(options.starts, 1, () => crashStart(upstream), () => crashStart(ours))));
+    // Back to the state a graceful stop leaves.
+    for (const p of peers) {
+      await startTimed(p);
+      await stopDaemon(p, 'SIGTERM');
+    }
+
+    // Both daemons up for the plugin figures and the steady-state memory.
+    await startTimed(upstream);
+    await startTimed(ours);
+    const readyAt = Date.now();
+    const confs = new Map(peers.map((p) => [p.side, pluginConfig(p) as string]));
+    const addEnv = {
+      ...PATH_ENV,
+      CNI_COMMAND: 'ADD',
+      CNI_CONTAINERID: 'bench0123456789',
+      CNI_NETNS: '/var/run/netns/bench',
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: '/opt/cni/bin',
+      CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NAMESPACE};K8S_POD_NAME=app-1;K8S_POD_INFRA_CONTAINER_ID=bench0123456789`,
+    };
+    const versionStdin = JSON.stringify({ cniVersion: '1.0.0' });
+    const version = (p: Peer) => () => timeProcess([p.plugin], { ...PATH_ENV, CNI_COMMAND: 'VERSION' }, versionStdin);
+    const add = (p: Peer) => () => timeProcess([p.plugin], addEnv, confs.get(p.side));
+    rows.push(pairedRow('plugin VERSION', 'ms', await paired(options.runs, 3, version(upstream), version(ours))));
+    rows.push(pairedRow('ADD of a pod not in the mesh, daemon running', 'ms', await paired(options.runs, 3, add(upstream), add(ours))));
+
+    await sleep(Math.max(0, 20_000 - (Date.now() - readyAt)));
+    const memUp = procStatus(upstream.child?.pid as number);
+    const memOurs = procStatus(ours.child?.pid as number);
+    rows.push(singleRow(`daemon RSS ≥ 20 s after ready, ${options.pods} pods`, 'MiB', memUp.rssMiB, memOurs.rssMiB));
+    rows.push(singleRow('daemon anonymous RSS, same moment', 'MiB', memUp.anonMiB, memOurs.anonMiB));
+
+    // A crash (SIGKILL) leaves the conflist entry and the plugin kubeconfig: the plugin is on its own.
+    const watchesBoth = await openWatches(cluster);
+    await stopDaemon(upstream, 'SIGKILL');
+    await sleep(1000);
+    const watchesOurs = await openWatches(cluster);
+    await stopDaemon(ours, 'SIGKILL');
+    await sleep(1000);
+    const watchesNone = await openWatches(cluster);
+    rows.push(singleRow('API watches held by the daemon', '', watchesBoth - watchesOurs, watchesOurs - watchesNone));
+
+    rows.push(pairedRow('ADD of a pod not in the mesh, no daemon', 'ms', await paired(options.runs, 3, add(upstream), add(ours))));
+    const peakRuns = Math.min(options.runs, 5);
+    const peaks = await paired(peakRuns, 1,
+      () => peakMiB([upstream.plugin], addEnv, confs.get('upstream') as string, upstream.dir),
+      () => peakMiB([ours.plugin], addEnv, confs.get('ours') as string, ours.dir));
+    rows.push(pairedRow('peak RSS of that ADD', 'MiB', peaks));
+
+    const mib = (p: string) => statSync(p).size / 1024 / 1024;
+    rows.push(singleRow('executable size, install-cni', 'MiB', mib(join(UPSTREAM_BIN, 'install-cni')), mib(join(DIST, 'install-cni')), '-'));
+    rows.push(singleRow('executable size, istio-cni', 'MiB', mib(join(UPSTREAM_BIN, 'istio-cni')), mib(join(DIST, 'istio-cni')), '-'));
+    printRows(rows);
+  } finally {
+    for (const p of peers) await stopDaemon(p, 'SIGTERM');
+    await cluster.stop();
+    for (const p of peers) rmSync(p.dir, { recursive: true, force: true });
+  }
+}
