@@ -198,13 +198,21 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     console.log('| measure | value | target |');
     console.log('|---|---:|---:|');
     console.log(`| ${BURST} concurrent ADDs, wall ms | ${burstWallMs.toFixed(0)} | |`);
-    console.log(`| throughput, pods/s | ${podsPerSecond.toFixed(1)} | ≥ ${TARGET_PODS_PER_S} ${podsPerSecond >= TARGET_PODS_PER_S ? '(met)' : '(NOT met)'} |`);
+    console.log(
+      `| throughput, pods/s | ${podsPerSecond.toFixed(1)} | ≥ ${TARGET_PODS_PER_S} ${podsPerSecond >= TARGET_PODS_PER_S ? '(met)' : '(NOT met)'} |`,
+    );
     console.log(`| same burst, pods needing nothing (exec + hand-off ceiling), pods/s | ${plainPodsPerSecond.toFixed(1)} | |`);
     console.log(`| daemon RSS before enrolling the burst (${sequential.length} pods enrolled), MiB | ${mib(idleRssKiB)} | |`);
-    console.log(`| daemon RSS with ${enrolled} enrolled pods, MiB | ${mib(rssKiB)} | ≤ ${TARGET_RSS_MIB} ${rssKiB !== undefined && rssKiB / 1024 <= TARGET_RSS_MIB ? '(met)' : '(NOT met)'} |`);
-    console.log(`| of which anonymous (heap, stacks) / file-backed (the executable), MiB | ${mib(parts.anonKiB)} / ${mib(parts.fileKiB)} | |`);
+    console.log(
+      `| daemon RSS with ${enrolled} enrolled pods, MiB | ${mib(rssKiB)} | ≤ ${TARGET_RSS_MIB} ${rssKiB !== undefined && rssKiB / 1024 <= TARGET_RSS_MIB ? '(met)' : '(NOT met)'} |`,
+    );
+    console.log(
+      `| of which anonymous (heap, stacks) / file-backed (the executable), MiB | ${mib(parts.anonKiB)} / ${mib(parts.fileKiB)} | |`,
+    );
     console.log(`| daemon peak RSS while enrolling, MiB | ${mib(peakKiB)} | |`);
-    console.log(`| baseline: the embedded runtime idle (node -e), anonymous / file-backed, MiB | ${mib(idle.anonKiB)} / ${mib(idle.fileKiB)} | |`);
+    console.log(
+      `| baseline: the embedded runtime idle (node -e), anonymous / file-backed, MiB | ${mib(idle.anonKiB)} / ${mib(idle.fileKiB)} | |`,
+    );
     return {
       addMedianMs: amb?.medianMs ?? Number.NaN,
       baselineMedianMs: base?.medianMs ?? Number.NaN,

@@ -33,7 +33,9 @@ async function until(cond: () => Promise<boolean> | boolean, timeoutMs = 30_000)
   }
 }
 
-export async function benchInstaller(options: { rewrites?: number; throttle?: Partial<ThrottleOptions>; binarySize?: number } = {}): Promise<InstallerBenchResult> {
+export async function benchInstaller(
+  options: { rewrites?: number; throttle?: Partial<ThrottleOptions>; binarySize?: number } = {},
+): Promise<InstallerBenchResult> {
   const rewrites = options.rewrites ?? 100;
   const root = await mkdtemp(join(tmpdir(), 'bench-installer-'));
   const dirs = { src: join(root, 'src'), bin: join(root, 'bin'), net: join(root, 'net'), sa: join(root, 'sa'), run: join(root, 'run') };

@@ -92,11 +92,7 @@ export async function bounded<T>(step: string, timeoutMs: number, fn: () => Prom
  * Runs each scenario `runs` times, interleaved (A B C A B C …) so that machine noise hits every
  * scenario alike, after `warmup` unmeasured rounds.
  */
-export async function compare(
-  scenarios: { name: string; run: () => Promise<number> }[],
-  runs: number,
-  warmup = 3,
-): Promise<Sample[]> {
+export async function compare(scenarios: { name: string; run: () => Promise<number> }[], runs: number, warmup = 3): Promise<Sample[]> {
   const times = new Map<string, number[]>(scenarios.map((s) => [s.name, []]));
   for (let i = 0; i < warmup + runs; i++) {
     for (const s of scenarios) {
@@ -117,6 +113,8 @@ export function printTable(title: string, samples: Sample[], baseline: string): 
   console.log('|---|---:|---:|---:|---:|');
   for (const s of samples) {
     const ratio = base ? (s.medianMs / base.medianMs).toFixed(2) : 'n/a';
-    console.log(`| ${s.name}${s.name === baseline ? ' (baseline)' : ''} | ${s.runs} | ${s.medianMs.toFixed(1)} | ${s.p90Ms.toFixed(1)} | ${ratio} |`);
+    console.log(
+      `| ${s.name}${s.name === baseline ? ' (baseline)' : ''} | ${s.runs} | ${s.medianMs.toFixed(1)} | ${s.p90Ms.toFixed(1)} | ${ratio} |`,
+    );
   }
 }

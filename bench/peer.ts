@@ -6,4 +6,8 @@ import { benchUpstreamPeer } from './upstreamPeer.ts';
 
 const int = (value: string | undefined, fallback: number) => (value === undefined ? fallback : Number.parseInt(value, 10));
 console.log(`# istio-cni side by side with upstream (Node ${process.version}, ${new Date().toISOString()})`);
-await benchUpstreamPeer({ runs: int(process.env.RUNS, 30), starts: int(process.env.PEER_STARTS, 10), pods: int(process.env.PEER_PODS, 420) });
+await benchUpstreamPeer({
+  runs: int(process.env.RUNS, 30),
+  starts: int(process.env.PEER_STARTS, 10),
+  pods: int(process.env.PEER_PODS, 420),
+});

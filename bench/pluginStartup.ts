@@ -48,9 +48,11 @@ export async function benchPluginStartup(runs: number): Promise<void> {
     );
     printTable('Plugin start-up (wall time per exec)', samples, 'node -e 0 (embedded runtime)');
     const kib = (p: string) => `${Math.round(statSync(p).size / 1024)} KiB`;
-    console.log(`\nsizes: bundle build/istio-cni.cjs ${kib(join(REPO_ROOT, 'build/istio-cni.cjs'))}, ` +
-      `build/install-cni.cjs ${kib(join(REPO_ROOT, 'build/install-cni.cjs'))}; ` +
-      `executables ${PLUGIN} ${kib(PLUGIN)}, ${DAEMON} ${kib(DAEMON)}`);
+    console.log(
+      `\nsizes: bundle build/istio-cni.cjs ${kib(join(REPO_ROOT, 'build/istio-cni.cjs'))}, ` +
+        `build/install-cni.cjs ${kib(join(REPO_ROOT, 'build/install-cni.cjs'))}; ` +
+        `executables ${PLUGIN} ${kib(PLUGIN)}, ${DAEMON} ${kib(DAEMON)}`,
+    );
   } finally {
     // A daemon that failed to start must not leave the fake API listening.
     await daemon?.stop();

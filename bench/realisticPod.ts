@@ -10,8 +10,30 @@ export function realisticPod(pod: KubeObject): KubeObject {
   const ip = (pod as { status?: { podIP?: string } }).status?.podIP ?? '10.0.0.1';
   const spec = (pod as { spec?: Record<string, unknown> }).spec ?? {};
   const time = '2026-12-01T00:00:00Z';
-  const env = ['LOG_LEVEL', 'HTTP_PORT', 'UPSTREAM_URL', 'FEATURE_FLAGS', 'REGION'].map((n, i) => ({ name: n, value: `value-${i}-${name}` }));
-  const fieldsV1 = { 'f:metadata': { 'f:labels': { '.': {}, 'f:app': {} }, 'f:ownerReferences': { '.': {}, [`k:{"uid":"rs-${name}"}`]: {} } }, 'f:spec': { 'f:containers': { 'k:{"name":"app"}': { '.': {}, 'f:env': Object.fromEntries(env.map((e) => [`k:{"name":"${e.name}"}`, { '.': {}, 'f:name': {}, 'f:value': {} }])), 'f:image': {}, 'f:name': {}, 'f:ports': {}, 'f:resources': {} } }, 'f:dnsPolicy': {}, 'f:restartPolicy': {}, 'f:schedulerName': {}, 'f:securityContext': {}, 'f:terminationGracePeriodSeconds': {} } };
+  const env = ['LOG_LEVEL', 'HTTP_PORT', 'UPSTREAM_URL', 'FEATURE_FLAGS', 'REGION'].map((n, i) => ({
+    name: n,
+    value: `value-${i}-${name}`,
+  }));
+  const fieldsV1 = {
+    'f:metadata': { 'f:labels': { '.': {}, 'f:app': {} }, 'f:ownerReferences': { '.': {}, [`k:{"uid":"rs-${name}"}`]: {} } },
+    'f:spec': {
+      'f:containers': {
+        'k:{"name":"app"}': {
+          '.': {},
+          'f:env': Object.fromEntries(env.map((e) => [`k:{"name":"${e.name}"}`, { '.': {}, 'f:name': {}, 'f:value': {} }])),
+          'f:image': {},
+          'f:name': {},
+          'f:ports': {},
+          'f:resources': {},
+        },
+      },
+      'f:dnsPolicy': {},
+      'f:restartPolicy': {},
+      'f:schedulerName': {},
+      'f:securityContext': {},
+      'f:terminationGracePeriodSeconds': {},
+    },
+  };
   return {
     ...pod,
     apiVersion: 'v1',
@@ -21,10 +43,37 @@ export function realisticPod(pod: KubeObject): KubeObject {
       generateName: `${name}-7d9f8c6b5-`,
       creationTimestamp: time,
       annotations: { 'kubectl.kubernetes.io/restartedAt': time, 'prometheus.io/scrape': 'true', 'prometheus.io/port': '8080' },
-      ownerReferences: [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: `${name}-7d9f8c6b5`, uid: `rs-${name}`, controller: true, blockOwnerDeletion: true }],
+      ownerReferences: [
+        {
+          apiVersion: 'apps/v1',
+          kind: 'ReplicaSet',
+          name: `${name}-7d9f8c6b5`,
+          uid: `rs-${name}`,
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
       managedFields: [
         { manager: 'kube-controller-manager', operation: 'Update', apiVersion: 'v1', time, fieldsType: 'FieldsV1', fieldsV1 },
-        { manager: 'kubelet', operation: 'Update', apiVersion: 'v1', time, fieldsType: 'FieldsV1', subresource: 'status', fieldsV1: { 'f:status': { 'f:conditions': {}, 'f:containerStatuses': {}, 'f:hostIP': {}, 'f:phase': {}, 'f:podIP': {}, 'f:podIPs': {}, 'f:startTime': {} } } },
+        {
+          manager: 'kubelet',
+          operation: 'Update',
+          apiVersion: 'v1',
+          time,
+          fieldsType: 'FieldsV1',
+          subresource: 'status',
+          fieldsV1: {
+            'f:status': {
+              'f:conditions': {},
+              'f:containerStatuses': {},
+              'f:hostIP': {},
+              'f:phase': {},
+              'f:podIP': {},
+              'f:podIPs': {},
+              'f:startTime': {},
+            },
+          },
+        },
       ],
     },
     spec: {
@@ -47,7 +96,13 @@ export function realisticPod(pod: KubeObject): KubeObject {
         env,
         resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '256Mi' } },
         volumeMounts: [{ name: 'kube-api-access-x7k2p', readOnly: true, mountPath: '/var/run/secrets/kubernetes.io/serviceaccount' }],
-        readinessProbe: { httpGet: { path: '/ready', port: 8080, scheme: 'HTTP' }, periodSeconds: 10, timeoutSeconds: 1, successThreshold: 1, failureThreshold: 3 },
+        readinessProbe: {
+          httpGet: { path: '/ready', port: 8080, scheme: 'HTTP' },
+          periodSeconds: 10,
+          timeoutSeconds: 1,
+          successThreshold: 1,
+          failureThreshold: 3,
+        },
         terminationMessagePath: '/dev/termination-log',
         terminationMessagePolicy: 'File',
         imagePullPolicy: 'IfNotPresent',
@@ -66,7 +121,12 @@ export function realisticPod(pod: KubeObject): KubeObject {
     },
     status: {
       ...((pod as { status?: Record<string, unknown> }).status ?? {}),
-      conditions: ['PodReadyToStartContainers', 'Initialized', 'Ready', 'ContainersReady', 'PodScheduled'].map((type) => ({ type, status: 'True', lastProbeTime: null, lastTransitionTime: time })),
+      conditions: ['PodReadyToStartContainers', 'Initialized', 'Ready', 'ContainersReady', 'PodScheduled'].map((type) => ({
+        type,
+        status: 'True',
+        lastProbeTime: null,
+        lastTransitionTime: time,
+      })),
       containerStatuses: [
         {
           name: 'app',

@@ -63,7 +63,10 @@ async function addOnce(tally: Tally, pod: KubeObject, attachment: PodAttachment,
       tally.tryAgain++;
     } else {
       tally.failedOther++;
-      tally.firstOtherFailure ??= err instanceof ProcessFailed && err.cniCode !== undefined ? `code ${err.cniCode}: ${err.cniMessage ?? ''}` : String(err).slice(0, 300);
+      tally.firstOtherFailure ??=
+        err instanceof ProcessFailed && err.cniCode !== undefined
+          ? `code ${err.cniCode}: ${err.cniMessage ?? ''}`
+          : String(err).slice(0, 300);
     }
     return code;
   }
@@ -114,7 +117,12 @@ function row(scenario: string, proxy: FaultProxy, result: { tally: Tally; notSet
     pods: PODS,
     ...result.tally,
     notSetUp: result.notSetUp,
-    faults: { reset: c.reset - b.reset, resetAfterForward: c.resetAfterForward - b.resetAfterForward, tooMany: c.tooMany - b.tooMany, unavailable: c.unavailable - b.unavailable },
+    faults: {
+      reset: c.reset - b.reset,
+      resetAfterForward: c.resetAfterForward - b.resetAfterForward,
+      tooMany: c.tooMany - b.tooMany,
+      unavailable: c.unavailable - b.unavailable,
+    },
     faultedGets: faulted('GET'),
     faultedPatches: faulted('PATCH'),
   };
@@ -132,10 +140,14 @@ async function sidecarUnderFaults(): Promise<RobustnessRow> {
       created.push(netns);
       const pod = sidecarPod('bench-faults', `fault-${i}`);
       const attachment = { netns: netns.path, containerId: `bfault${i}`, address: netns.address, gateway: netns.gateway };
-      return { register: () => {
-        r.api.upsertPod(pod);
-        return pod;
-      }, attachment, conf: r.pluginConf(attachment) };
+      return {
+        register: () => {
+          r.api.upsertPod(pod);
+          return pod;
+        },
+        attachment,
+        conf: r.pluginConf(attachment),
+      };
     });
     const result = await bounded('robustness: sidecar burst under faults', 300_000, () => burstUnderFaults(r.proxy!, pods));
     return row('sidecar, 100 pods', r.proxy!, result);
@@ -165,10 +177,14 @@ async function ambientUnderFaults(): Promise<RobustnessRow> {
     const pods = sandboxes.map((s) => {
       const pod = ambientPodObject(s);
       const attachment = attachmentOf(s);
-      return { register: () => {
-        r.api.upsertPod(pod);
-        return pod;
-      }, attachment, conf: r.pluginConf(attachment) };
+      return {
+        register: () => {
+          r.api.upsertPod(pod);
+          return pod;
+        },
+        attachment,
+        conf: r.pluginConf(attachment),
+      };
     });
     const result = await bounded('robustness: ambient burst under faults', 300_000, () => burstUnderFaults(r.proxy!, pods));
     for (const s of sandboxes) {
@@ -190,7 +206,9 @@ export async function benchRobustness(): Promise<RobustnessRow[] | undefined> {
   }
   const rows = [await sidecarUnderFaults(), await ambientUnderFaults()];
   console.log('\n## Robustness: ADD bursts with API faults (10 % resets, 5 % 429 Retry-After: 1, 5 % 503), 11s retried like kubelet\n');
-  console.log('| scenario | ADDs attempted | succeeded | answered 11 (retried) | failed other | pods not set up | faults: reset / reset after forward / 429 / 503 | faulted GETs / PATCHes |');
+  console.log(
+    '| scenario | ADDs attempted | succeeded | answered 11 (retried) | failed other | pods not set up | faults: reset / reset after forward / 429 / 503 | faulted GETs / PATCHes |',
+  );
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     console.log(
@@ -198,7 +216,8 @@ export async function benchRobustness(): Promise<RobustnessRow[] | undefined> {
         `${r.faults.reset} / ${r.faults.resetAfterForward} / ${r.faults.tooMany} / ${r.faults.unavailable} | ${r.faultedGets} / ${r.faultedPatches} |`,
     );
   }
-  for (const r of rows) if (r.firstOtherFailure !== undefined) console.log(`\n${r.scenario}: first ADD failing with other than 11: ${r.firstOtherFailure}`);
+  for (const r of rows)
+    if (r.firstOtherFailure !== undefined) console.log(`\n${r.scenario}: first ADD failing with other than 11: ${r.firstOtherFailure}`);
   return rows;
 }
 

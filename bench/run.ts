@@ -44,7 +44,9 @@ if (process.getuid?.() === 0) {
 
 const installer = await bounded('bench: installer re-insert', 5 * MINUTE, () => benchInstaller({ rewrites: 100 }));
 console.log('\n## Installer: re-insert after the primary conflist is rewritten without our entry\n');
-console.log(`rewrites ${installer.rewrites}: median ${installer.reinsertMedianMs.toFixed(1)} ms, p99 ${installer.reinsertP99Ms.toFixed(1)} ms`);
+console.log(
+  `rewrites ${installer.rewrites}: median ${installer.reinsertMedianMs.toFixed(1)} ms, p99 ${installer.reinsertP99Ms.toFixed(1)} ms`,
+);
 console.log(`a pass over an unchanged node wrote ${installer.unchangedPassBytes} bytes to ${installer.unchangedPassFiles} files`);
 
 // Everything was closed above, so the process ends by itself. If something still holds the event

@@ -114,7 +114,9 @@ export async function benchSidecarAdd(runs: number): Promise<void> {
     console.log(`\n## ${CONCURRENT} concurrent sidecar ADDs (each into its own fresh netns)\n`);
     console.log('| ADDs | wall ms | per ADD ms | daemon RSS before MiB | daemon peak RSS MiB | direct pod GETs (cache misses) |');
     console.log('|---:|---:|---:|---:|---:|---:|');
-    console.log(`| ${CONCURRENT} | ${wallMs.toFixed(0)} | ${(wallMs / CONCURRENT).toFixed(1)} | ${mib(idleKiB)} | ${mib(peakKiB)} | ${podGets} |`);
+    console.log(
+      `| ${CONCURRENT} | ${wallMs.toFixed(0)} | ${(wallMs / CONCURRENT).toFixed(1)} | ${mib(idleKiB)} | ${mib(peakKiB)} | ${podGets} |`,
+    );
   } finally {
     for (const ns of created) ns.remove();
     await rig.close();

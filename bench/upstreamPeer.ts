@@ -7,7 +7,18 @@
  * median of the per-pair ratios.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findObject, parseManifest, DEFAULT_MANIFEST, RELEASE_NAMESPACE } from '../test/e2e/support/chart.ts';
@@ -71,7 +82,14 @@ interface Peer {
   spawnDaemon(): ChildProcess;
 }
 
-function makePeer(side: Side, cluster: Cluster, chart: { env: Record<string, string>; args: string[] }, readinessPort: number, monitoringPort: number, ctrlzPort: number): Peer {
+function makePeer(
+  side: Side,
+  cluster: Cluster,
+  chart: { env: Record<string, string>; args: string[] },
+  readinessPort: number,
+  monitoringPort: number,
+  ctrlzPort: number,
+): Peer {
   const dir = mkdtempSync(join(tmpdir(), `istio-cni-bench-${side}-`));
   const imageBin = join(dir, 'image/opt/cni/bin');
   const hostBin = join(dir, 'host/opt/cni/bin');
@@ -112,11 +130,33 @@ function makePeer(side: Side, cluster: Cluster, chart: { env: Record<string, str
       let daemonEnv = env;
       if (side === 'ours') {
         argv = [daemonBinary, ...chart.args];
-        daemonEnv = { ...env, CNI_BIN_SOURCE_DIR: imageBin, CNI_BIN_TARGET_DIRS: hostBin, SERVICE_ACCOUNT_DIR: saDir, READINESS_PORT: String(readinessPort) };
+        daemonEnv = {
+          ...env,
+          CNI_BIN_SOURCE_DIR: imageBin,
+          CNI_BIN_TARGET_DIRS: hostBin,
+          SERVICE_ACCOUNT_DIR: saDir,
+          READINESS_PORT: String(readinessPort),
+        };
       } else {
         const root = join(dir, 'root');
         mkdirSync(root, { recursive: true });
-        argv = ['unshare', '--mount', '--propagation', 'private', '--', 'bash', SANDBOX, root, imageBin, hostBin, saDir, '--', daemonBinary, ...chart.args, `--ctrlz_port=${ctrlzPort}`];
+        argv = [
+          'unshare',
+          '--mount',
+          '--propagation',
+          'private',
+          '--',
+          'bash',
+          SANDBOX,
+          root,
+          imageBin,
+          hostBin,
+          saDir,
+          '--',
+          daemonBinary,
+          ...chart.args,
+          `--ctrlz_port=${ctrlzPort}`,
+        ];
       }
       const fd = openSync(log, 'a');
       const child = spawn(argv[0] as string, argv.slice(1), { env: daemonEnv, stdio: ['ignore', fd, fd] });
@@ -154,7 +194,12 @@ function pluginConfig(peer: Peer): string | undefined {
     ...entry,
     cniVersion: doc.cniVersion,
     name: doc.name,
-    prevResult: { cniVersion: doc.cniVersion, interfaces: [{ name: 'eth0', sandbox: '/var/run/netns/bench' }], ips: [{ address: '10.244.0.5/24', gateway: '10.244.0.1', interface: 0 }], dns: {} },
+    prevResult: {
+      cniVersion: doc.cniVersion,
+      interfaces: [{ name: 'eth0', sandbox: '/var/run/netns/bench' }],
+      ips: [{ address: '10.244.0.5/24', gateway: '10.244.0.1', interface: 0 }],
+      dns: {},
+    },
   });
 }
 
@@ -217,15 +262,30 @@ async function createPods(cluster: Cluster, count: number): Promise<void> {
   const one = async (i: number) => {
     const meshed = i % 10 === 0;
     const name = `app-${i}`;
-    const containers = meshed ? [{ name: 'app', image: 'nginx' }, { name: 'istio-proxy', image: 'proxyv2' }] : [{ name: 'app', image: 'nginx' }];
+    const containers = meshed
+      ? [
+          { name: 'app', image: 'nginx' },
+          { name: 'istio-proxy', image: 'proxyv2' },
+        ]
+      : [{ name: 'app', image: 'nginx' }];
     const base = realisticPod({
       metadata: { name, namespace: NAMESPACE, labels: { app: `app-${i % 20}` } },
       spec: { nodeName: NODE_NAME, containers, ...(meshed ? { initContainers: [{ name: 'istio-validation', image: 'proxyv2' }] } : {}) },
       status: { podIP: `10.244.${Math.floor(i / 250)}.${(i % 250) + 2}` },
-    } as unknown as Parameters<typeof realisticPod>[0]) as unknown as { metadata: Record<string, unknown>; spec: Record<string, unknown>; status: Record<string, unknown> };
-    const annotations = { ...(base.metadata.annotations as Record<string, string>), ...(meshed ? { 'sidecar.istio.io/status': SIDECAR_STATUS } : {}) };
+    } as unknown as Parameters<typeof realisticPod>[0]) as unknown as {
+      metadata: Record<string, unknown>;
+      spec: Record<string, unknown>;
+      status: Record<string, unknown>;
+    };
+    const annotations = {
+      ...(base.metadata.annotations as Record<string, string>),
+      ...(meshed ? { 'sidecar.istio.io/status': SIDECAR_STATUS } : {}),
+    };
     const { managedFields: _managedFields, creationTimestamp: _created, ownerReferences: _owners, ...metadata } = base.metadata;
-    const created = await cluster.api.must<{ metadata: { resourceVersion: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/pods`, { ...base, metadata: { ...metadata, annotations } });
+    const created = await cluster.api.must<{ metadata: { resourceVersion: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/pods`, {
+      ...base,
+      metadata: { ...metadata, annotations },
+    });
     // Creation resets the status; kubelet's report is what makes a cached pod its real size.
     await cluster.api.must('PUT', `/api/v1/namespaces/${NAMESPACE}/pods/${name}/status`, {
       ...base,
@@ -234,13 +294,20 @@ async function createPods(cluster: Cluster, count: number): Promise<void> {
     });
   };
   const queue = Array.from({ length: count }, (_, i) => i);
-  await Promise.all(Array.from({ length: 8 }, async () => {
-    for (let i = queue.shift(); i !== undefined; i = queue.shift()) await one(i);
-  }));
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      for (let i = queue.shift(); i !== undefined; i = queue.shift()) await one(i);
+    }),
+  );
 }
 
 /** Runs a and b alternately (a b, b a, …) after warm-up rounds; returns both series, pair by pair. */
-async function paired(runs: number, warmup: number, a: () => Promise<number>, b: () => Promise<number>): Promise<{ a: number[]; b: number[] }> {
+async function paired(
+  runs: number,
+  warmup: number,
+  a: () => Promise<number>,
+  b: () => Promise<number>,
+): Promise<{ a: number[]; b: number[] }> {
   const out = { a: [] as number[], b: [] as number[] };
   for (let i = 0; i < warmup + runs; i++) {
     let ta: number;
@@ -290,7 +357,8 @@ async function openWatches(cluster: Cluster): Promise<number> {
   const res = await cluster.api.request('GET', '/metrics');
   let total = 0;
   for (const line of res.text.split('\n')) {
-    if (line.startsWith('apiserver_longrunning_requests{') && line.includes('verb="WATCH"')) total += Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (line.startsWith('apiserver_longrunning_requests{') && line.includes('verb="WATCH"'))
+      total += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return total;
 }
@@ -303,7 +371,7 @@ async function peakMiB(argv: string[], env: NodeJS.ProcessEnv, stdin: string, sc
 }
 
 function printRows(rows: Row[]): void {
-  console.log('\n## Side by side with upstream Istio\'s Go agent (ratio = ours / upstream)\n');
+  console.log("\n## Side by side with upstream Istio's Go agent (ratio = ours / upstream)\n");
   console.log('| figure | upstream | ours | ratio | runs |');
   console.log('|---|---:|---:|---:|---:|');
   for (const r of rows) {
@@ -322,9 +390,11 @@ export interface PeerBenchOptions {
 
 export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void> {
   for (const bin of ['istio-cni', 'install-cni']) {
-    if (!existsSync(join(UPSTREAM_BIN, bin))) throw new Error(`${join(UPSTREAM_BIN, bin)} is missing: run \`bash bench/upstream/build.sh\``);
+    if (!existsSync(join(UPSTREAM_BIN, bin)))
+      throw new Error(`${join(UPSTREAM_BIN, bin)} is missing: run \`bash bench/upstream/build.sh\``);
   }
-  if ((await readyzStatus(UPSTREAM_READINESS_PORT)) !== 0) throw new Error(`port ${UPSTREAM_READINESS_PORT} is taken: upstream's readiness server needs it`);
+  if ((await readyzStatus(UPSTREAM_READINESS_PORT)) !== 0)
+    throw new Error(`port ${UPSTREAM_READINESS_PORT} is taken: upstream's readiness server needs it`);
   const cluster = await startCluster();
   const peers: Peer[] = [];
   try {
@@ -358,8 +428,15 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
         starts.ours.push(...our);
       }
     }
-    rows.push(pairedRow('daemon start → istio-cni entry in the conflist', 'ms', { a: starts.up.map((s) => s.conflistMs), b: starts.ours.map((s) => s.conflistMs) }));
-    rows.push(pairedRow('daemon start → `/readyz` 200', 'ms', { a: starts.up.map((s) => s.readyMs), b: starts.ours.map((s) => s.readyMs) }));
+    rows.push(
+      pairedRow('daemon start → istio-cni entry in the conflist', 'ms', {
+        a: starts.up.map((s) => s.conflistMs),
+        b: starts.ours.map((s) => s.conflistMs),
+      }),
+    );
+    rows.push(
+      pairedRow('daemon start → `/readyz` 200', 'ms', { a: starts.up.map((s) => s.readyMs), b: starts.ours.map((s) => s.readyMs) }),
+    );
 
     // Restarts after a crash (SIGKILL): the plugin, its kubeconfig and the conflist entry are still in place.
     const crashStart = async (peer: Peer) => {
@@ -369,7 +446,18 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     };
     await crashStart(upstream);
     await crashStart(ours);
-    rows.push(pairedRow('daemon restart after a crash → `/readyz` 200', 'ms', await paired(options.starts, 1, () => crashStart(upstream), () => crashStart(ours))));
+    rows.push(
+      pairedRow(
+        'daemon restart after a crash → `/readyz` 200',
+        'ms',
+        await paired(
+          options.starts,
+          1,
+          () => crashStart(upstream),
+          () => crashStart(ours),
+        ),
+      ),
+    );
     // Back to the state a graceful stop leaves.
     for (const p of peers) {
       await startTimed(p);
@@ -414,13 +502,18 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
 
     rows.push(pairedRow('ADD of a pod not in the mesh, no daemon', 'ms', await paired(options.runs, 3, add(upstream), add(ours))));
     const peakRuns = Math.min(options.runs, 5);
-    const peaks = await paired(peakRuns, 1,
+    const peaks = await paired(
+      peakRuns,
+      1,
       () => peakMiB([upstream.plugin], addEnv, confs.get('upstream') as string, upstream.dir),
-      () => peakMiB([ours.plugin], addEnv, confs.get('ours') as string, ours.dir));
+      () => peakMiB([ours.plugin], addEnv, confs.get('ours') as string, ours.dir),
+    );
     rows.push(pairedRow('peak RSS of that ADD', 'MiB', peaks));
 
     const mib = (p: string) => statSync(p).size / 1024 / 1024;
-    rows.push(singleRow('executable size, install-cni', 'MiB', mib(join(UPSTREAM_BIN, 'install-cni')), mib(join(DIST, 'install-cni')), '-'));
+    rows.push(
+      singleRow('executable size, install-cni', 'MiB', mib(join(UPSTREAM_BIN, 'install-cni')), mib(join(DIST, 'install-cni')), '-'),
+    );
     rows.push(singleRow('executable size, istio-cni', 'MiB', mib(join(UPSTREAM_BIN, 'istio-cni')), mib(join(DIST, 'istio-cni')), '-'));
     printRows(rows);
   } finally {

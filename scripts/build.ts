@@ -87,7 +87,8 @@ const targets: Target[] = [
       const check = run(exe, ['check-runtime'], { cwd, env: cleanEnv, stderrMustBeEmpty: true }).trim();
       if (!check.endsWith('ok')) throw new Error(`check-runtime printed ${JSON.stringify(check)}`);
       for (const flag of this.execArgv ?? []) {
-        if (!check.split('\n')[0]?.split(' ').includes(flag)) throw new Error(`the executable does not run with ${flag}: ${JSON.stringify(check)}`);
+        if (!check.split('\n')[0]?.split(' ').includes(flag))
+          throw new Error(`the executable does not run with ${flag}: ${JSON.stringify(check)}`);
       }
     },
   },

@@ -33,28 +33,41 @@ function debianRootfs(): void {
   rmSync(stampFile, { force: true });
   // Root mode: package scripts run chrooted in the new tree (chrootless mode would run them against
   // this machine's own /etc).
-  execFileSync('mmdebstrap', [
-    '--mode=root',
-    '--variant=essential',
-    '--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr',
-    `--include=${DEBIAN_PACKAGES.join(',')}`,
-    '--dpkgopt=path-exclude=/usr/share/man/*',
-    '--dpkgopt=path-exclude=/usr/share/locale/*',
-    '--dpkgopt=path-exclude=/usr/share/doc/*',
-    '--dpkgopt=path-include=/usr/share/doc/*/copyright',
-    '--quiet',
-    DEBIAN_SUITE,
-    debianDir,
-    ...DEBIAN_MIRRORS,
-  ], { stdio: 'inherit' });
+  execFileSync(
+    'mmdebstrap',
+    [
+      '--mode=root',
+      '--variant=essential',
+      '--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr',
+      `--include=${DEBIAN_PACKAGES.join(',')}`,
+      '--dpkgopt=path-exclude=/usr/share/man/*',
+      '--dpkgopt=path-exclude=/usr/share/locale/*',
+      '--dpkgopt=path-exclude=/usr/share/doc/*',
+      '--dpkgopt=path-include=/usr/share/doc/*/copyright',
+      '--quiet',
+      DEBIAN_SUITE,
+      debianDir,
+      ...DEBIAN_MIRRORS,
+    ],
+    { stdio: 'inherit' },
+  );
   writeFileSync(stampFile, stamp);
 }
 
 /** A tar of `dir` whose bytes depend only on the files' paths, contents, modes and links. */
 function deterministicTar(dir: string, out: string): void {
   execFileSync('tar', [
-    '--create', '--file', out, '--directory', dir,
-    '--format=gnu', '--sort=name', '--mtime=@0', '--owner=0', '--group=0', '--numeric-owner',
+    '--create',
+    '--file',
+    out,
+    '--directory',
+    dir,
+    '--format=gnu',
+    '--sort=name',
+    '--mtime=@0',
+    '--owner=0',
+    '--group=0',
+    '--numeric-owner',
     '.',
   ]);
 }

@@ -8,7 +8,19 @@
  * comes from: no shell, no package manager.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { basename, dirname, join, posix } from 'node:path';
 
 export const DEBIAN_SUITE = 'bookworm';
@@ -122,7 +134,9 @@ function isElf(file: string): boolean {
 function packageOwners(root: string): Map<string, string> {
   const owners = new Map<string, string>();
   const infoDir = join(root, 'var/lib/dpkg/info');
-  for (const file of readdirSync(infoDir).filter((f) => f.endsWith('.list')).sort()) {
+  for (const file of readdirSync(infoDir)
+    .filter((f) => f.endsWith('.list'))
+    .sort()) {
     const pkg = file.slice(0, -'.list'.length).replace(/:.*$/, '');
     for (const line of readFileSync(join(infoDir, file), 'utf8').split('\n')) {
       if (line === '' || line === '/.') continue;
@@ -203,6 +217,9 @@ export function populateRootfs(src: string, dst: string, extra: Record<string, s
   chmodSync(join(dst, 'tmp'), 0o1777);
   mkdirSync(join(dst, 'var'), { recursive: true });
   symlinkSync('/run', join(dst, 'var/run'));
-  writeFileSync(join(dst, 'etc/passwd'), 'root:x:0:0:root:/:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n');
+  writeFileSync(
+    join(dst, 'etc/passwd'),
+    'root:x:0:0:root:/:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  );
   writeFileSync(join(dst, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
 }

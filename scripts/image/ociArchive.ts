@@ -91,9 +91,20 @@ export function writeOciArchive(options: OciArchiveOptions): OciArchive {
     );
     writeFileSync(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
     execFileSync('tar', [
-      '--create', '--file', options.out, '--directory', layout,
-      '--format=gnu', '--sort=name', '--mtime=@0', '--owner=0', '--group=0', '--numeric-owner',
-      'oci-layout', 'index.json', 'blobs',
+      '--create',
+      '--file',
+      options.out,
+      '--directory',
+      layout,
+      '--format=gnu',
+      '--sort=name',
+      '--mtime=@0',
+      '--owner=0',
+      '--group=0',
+      '--numeric-owner',
+      'oci-layout',
+      'index.json',
+      'blobs',
     ]);
     return { manifestDigest: manifest.digest, layerSize: layer.size };
   } finally {

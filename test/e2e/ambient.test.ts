@@ -12,7 +12,16 @@ import { startFakeZtunnel, type FakeAdd, type FakeZtunnel } from '../support/fak
 import { applyObjects, findObject, parseManifest, RELEASE_NAMESPACE, renderChart, type KubeObject } from './support/chart.ts';
 import { AGENT_POD_NAME, createIstioCniNode, type IstioCniNode } from './support/istioCniNode.ts';
 import { waitFor } from './support/managedProcess.ts';
-import { createPodObject, podAnnotations, podRules, probeTraffic, removePod, reportPodStatus, runPod, type StartedPod } from './support/pods.ts';
+import {
+  createPodObject,
+  podAnnotations,
+  podRules,
+  probeTraffic,
+  removePod,
+  reportPodStatus,
+  runPod,
+  type StartedPod,
+} from './support/pods.ts';
 import { startRig, type Rig } from './support/rig.ts';
 import { CommandError, runCommand } from './support/runCommand.ts';
 
@@ -48,10 +57,16 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     (await runCommand(['iptables-nft-save', '-t', 'nat'])).stdout + (await runCommand(['iptables-legacy-save', '-t', 'nat'])).stdout;
   const pluginTypes = () => (JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as Conflist).plugins.map((p) => p.type);
   const labelNamespace = (mode: string) =>
-    api().must('PATCH', `/api/v1/namespaces/${AMBIENT_NS}`, { metadata: { labels: { [DATAPLANE_MODE]: mode } } }, {
-      contentType: 'application/merge-patch+json',
-    });
-  const redirection = async (pod: { namespace: string; name: string }) => (await podAnnotations(rig.cluster, pod.namespace, pod.name))[REDIRECTION];
+    api().must(
+      'PATCH',
+      `/api/v1/namespaces/${AMBIENT_NS}`,
+      { metadata: { labels: { [DATAPLANE_MODE]: mode } } },
+      {
+        contentType: 'application/merge-patch+json',
+      },
+    );
+  const redirection = async (pod: { namespace: string; name: string }) =>
+    (await podAnnotations(rig.cluster, pod.namespace, pod.name))[REDIRECTION];
   /** RunPodSandbox as kubelet would, expecting containerd to fail it; returns crictl's error output. */
   const runPodExpectingFailure = async (name: string, uid: string, attempt: number): Promise<string> => {
     try {
@@ -83,21 +98,27 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     // leaves ALLOW_SWITCH_TO_HOST_NS unset. (With it set, host rules go into /proc/1/ns/net, which
     // this sandbox's init keeps unreadable even for root: the agent then fails to start.)
     // The readiness taint too: the node registers tainted and the agent lifts it with the chart's RBAC.
-    objects = parseManifest(await renderChart({ set: ['profile=ambient', 'ambient.shareHostNetworkNamespace=true', 'taint.enabled=true'] }));
+    objects = parseManifest(
+      await renderChart({ set: ['profile=ambient', 'ambient.shareHostNetworkNamespace=true', 'taint.enabled=true'] }),
+    );
     await rig.cluster.ensureNamespace(RELEASE_NAMESPACE);
     await rig.cluster.ensureNamespace(AMBIENT_NS, { [DATAPLANE_MODE]: 'ambient' });
     await rig.cluster.ensureNamespace(PLAIN_NS);
     await applyObjects(api(), objects);
     // As `kubelet --register-with-taints=cni.istio.io/not-ready=:NoSchedule` registers it (plus a taint of someone else's).
-    registeredTaints = (await api().must<{ spec: { taints: Record<string, string>[] } }>('POST', '/api/v1/nodes', {
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: NODE_NAME, labels: { 'kubernetes.io/os': 'linux' } },
-      spec: { taints: [{ key: READINESS_TAINT, effect: 'NoSchedule' }, OTHER_TAINT] },
-    })).spec.taints;
+    registeredTaints = (
+      await api().must<{ spec: { taints: Record<string, string>[] } }>('POST', '/api/v1/nodes', {
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name: NODE_NAME, labels: { 'kubernetes.io/os': 'linux' } },
+        spec: { taints: [{ key: READINESS_TAINT, effect: 'NoSchedule' }, OTHER_TAINT] },
+      })
+    ).spec.taints;
     // The API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready as well.
     assert.ok(registeredTaints.some((t) => t.key === READINESS_TAINT));
-    const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as { spec: { template: { metadata: Record<string, unknown>; spec: Record<string, unknown> } } };
+    const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+      spec: { template: { metadata: Record<string, unknown>; spec: Record<string, unknown> } };
+    };
     const agentPod = await api().must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`, {
       apiVersion: 'v1',
       kind: 'Pod',
@@ -115,55 +136,80 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     ztunnel?.close();
     for (const pod of pods) await removePod(rig.containerd, pod).catch(() => undefined);
     // Not an upgrade: without the DaemonSet, SIGTERM removes the host rules and probe sets.
-    await rig?.cluster.api.request('DELETE', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`).catch(() => undefined);
+    await rig?.cluster.api
+      .request('DELETE', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`)
+      .catch(() => undefined);
     await node?.dispose();
     if (rig !== undefined) assert.deepEqual(await rig.stop(), [], 'the rig left host state behind');
   });
 
-  it('3. install with profile=ambient: ambient on through the ConfigMap, /readyz 200 before any ztunnel connects, readiness taint lifted', SCENARIO, async () => {
-    assert.equal(node.env.AMBIENT_ENABLED, 'true');
-    const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as { spec: { template: { spec: { hostNetwork?: boolean } } } };
-    assert.equal(ds.spec.template.spec.hostNetwork, true, 'the rendering matches how the daemon runs here: in the host netns');
-    assert.equal(node.env.ALLOW_SWITCH_TO_HOST_NS, undefined);
-    await node.start();
-    assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni']);
-    const istio: Record<string, unknown> = (JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as Conflist).plugins.at(-1) ?? {};
-    assert.equal(istio.ambient_enabled, true);
-    assert.equal(node.env.NODE_TAINT_ENABLED, 'true');
-    const taints = await waitFor('the readiness taint to be lifted', async () => {
-      const n = await api().must<{ spec: { taints?: { key: string }[] } }>('GET', `/api/v1/nodes/${NODE_NAME}`);
-      return n.spec.taints?.some((t) => t.key === READINESS_TAINT) === true ? undefined : (n.spec.taints ?? []);
-    }, { process: node.daemon, timeoutMs: 30_000 });
-    assert.deepEqual(taints, registeredTaints.filter((t) => t.key !== READINESS_TAINT), 'only the readiness taint goes');
-    assert.ok(taints.some((t) => t.key === OTHER_TAINT.key));
-  });
+  it(
+    '3. install with profile=ambient: ambient on through the ConfigMap, /readyz 200 before any ztunnel connects, readiness taint lifted',
+    SCENARIO,
+    async () => {
+      assert.equal(node.env.AMBIENT_ENABLED, 'true');
+      const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+        spec: { template: { spec: { hostNetwork?: boolean } } };
+      };
+      assert.equal(ds.spec.template.spec.hostNetwork, true, 'the rendering matches how the daemon runs here: in the host netns');
+      assert.equal(node.env.ALLOW_SWITCH_TO_HOST_NS, undefined);
+      await node.start();
+      assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni']);
+      const istio: Record<string, unknown> = (JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as Conflist).plugins.at(-1) ?? {};
+      assert.equal(istio.ambient_enabled, true);
+      assert.equal(node.env.NODE_TAINT_ENABLED, 'true');
+      const taints = await waitFor(
+        'the readiness taint to be lifted',
+        async () => {
+          const n = await api().must<{ spec: { taints?: { key: string }[] } }>('GET', `/api/v1/nodes/${NODE_NAME}`);
+          return n.spec.taints?.some((t) => t.key === READINESS_TAINT) === true ? undefined : (n.spec.taints ?? []);
+        },
+        { process: node.daemon, timeoutMs: 30_000 },
+      );
+      assert.deepEqual(
+        taints,
+        registeredTaints.filter((t) => t.key !== READINESS_TAINT),
+        'only the readiness taint goes',
+      );
+      assert.ok(taints.some((t) => t.key === OTHER_TAINT.key));
+    },
+  );
 
-  it('3. no ztunnel: an ambient pod sandbox fails with a retryable error and starts once ztunnel connects; it is enrolled', SCENARIO, async () => {
-    const name = 'ambient-1';
-    const uid = await createPodObject(rig.cluster, 'plain', AMBIENT_NS, name, NODE_NAME);
-    // The plugin answers CNI code 11 (try again later; asserted at tier 1), which crictl does not
-    // show: here the proof is the message and that kubelet's retry, the next attempt, succeeds.
-    const failure = await runPodExpectingFailure(name, uid, 0);
-    assert.match(failure, /istio-cni.{0,20} failed \(add\): ztunnel did not take the pod: no ztunnel connection/);
-    assert.equal(await redirection({ namespace: AMBIENT_NS, name }), 'pending', 'rules were in place but ztunnel had not taken the pod');
+  it(
+    '3. no ztunnel: an ambient pod sandbox fails with a retryable error and starts once ztunnel connects; it is enrolled',
+    SCENARIO,
+    async () => {
+      const name = 'ambient-1';
+      const uid = await createPodObject(rig.cluster, 'plain', AMBIENT_NS, name, NODE_NAME);
+      // The plugin answers CNI code 11 (try again later; asserted at tier 1), which crictl does not
+      // show: here the proof is the message and that kubelet's retry, the next attempt, succeeds.
+      const failure = await runPodExpectingFailure(name, uid, 0);
+      assert.match(failure, /istio-cni.{0,20} failed \(add\): ztunnel did not take the pod: no ztunnel connection/);
+      assert.equal(await redirection({ namespace: AMBIENT_NS, name }), 'pending', 'rules were in place but ztunnel had not taken the pod');
 
-    const zt = await connectZtunnel();
-    const pod = await runAmbientPod(name, uid, 1);
-    const add = zt.adds.find((a) => a.uid === uid && !a.inSnapshot);
-    assert.ok(add, `ztunnel got an Add for the pod: ${zt.log.join(', ')}`);
-    assert.equal(add.inode, statSync(pod.netnsPath).ino, "the fd ztunnel received is the pod's netns");
-    assert.deepEqual(zt.fdProblems, []);
-    assert.equal(add.workload?.namespace, AMBIENT_NS);
-    assert.equal(add.workload?.name, name);
-    assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), 'in-pod redirection rules');
-    assert.equal(await redirection(pod), 'enabled', 'the redirection annotation, through the real API');
-    // Real traffic: the app's outbound goes to ztunnel's 15001; a node-originated connection (a
-    // kubelet probe) is SNATed by the host rules and passes ztunnel by; another pod's goes to 15006.
-    assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'ECONNREFUSED' });
-    const client = await runPod(rig.containerd, PLAIN_NS, 'client-1', await createPodObject(rig.cluster, 'plain', PLAIN_NS, 'client-1', NODE_NAME));
-    pods.push(client);
-    assert.equal((await probeTraffic(pod, { inboundFrom: client.netnsPath })).inbound, 'port 15006');
-  });
+      const zt = await connectZtunnel();
+      const pod = await runAmbientPod(name, uid, 1);
+      const add = zt.adds.find((a) => a.uid === uid && !a.inSnapshot);
+      assert.ok(add, `ztunnel got an Add for the pod: ${zt.log.join(', ')}`);
+      assert.equal(add.inode, statSync(pod.netnsPath).ino, "the fd ztunnel received is the pod's netns");
+      assert.deepEqual(zt.fdProblems, []);
+      assert.equal(add.workload?.namespace, AMBIENT_NS);
+      assert.equal(add.workload?.name, name);
+      assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), 'in-pod redirection rules');
+      assert.equal(await redirection(pod), 'enabled', 'the redirection annotation, through the real API');
+      // Real traffic: the app's outbound goes to ztunnel's 15001; a node-originated connection (a
+      // kubelet probe) is SNATed by the host rules and passes ztunnel by; another pod's goes to 15006.
+      assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'ECONNREFUSED' });
+      const client = await runPod(
+        rig.containerd,
+        PLAIN_NS,
+        'client-1',
+        await createPodObject(rig.cluster, 'plain', PLAIN_NS, 'client-1', NODE_NAME),
+      );
+      pods.push(client);
+      assert.equal((await probeTraffic(pod, { inboundFrom: client.netnsPath })).inbound, 'port 15006');
+    },
+  );
 
   it('3. relabelling the namespace un-enrols the pod: Del to ztunnel, rules and annotation removed', SCENARIO, async () => {
     const pod = pods.find((p) => p.name === 'ambient-1');
@@ -179,7 +225,11 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     assert.equal(hasAmbientRedirection(await podRules(pod.netnsPath)), false, 'in-pod rules removed');
     const client = pods.find((p) => p.name === 'client-1');
     assert.ok(client);
-    assert.deepEqual(await probeTraffic(pod, { inboundFrom: client.netnsPath }), { outbound: 'ECONNREFUSED', inbound: 'ECONNREFUSED' }, 'traffic no longer captured');
+    assert.deepEqual(
+      await probeTraffic(pod, { inboundFrom: client.netnsPath }),
+      { outbound: 'ECONNREFUSED', inbound: 'ECONNREFUSED' },
+      'traffic no longer captured',
+    );
 
     await labelNamespace('ambient');
     await waitFor('the running pod to be enrolled again', async () => ((await redirection(pod)) === 'enabled' ? true : undefined), {
@@ -217,26 +267,30 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     assert.deepEqual(zt.fdProblems, []);
   });
 
-  it('7. SIGTERM while the DaemonSet exists is an upgrade: everything stays, the next daemon takes the enrolled pods over', SCENARIO, async () => {
-    const zt = ztunnel;
-    assert.ok(zt);
-    const enrolled = pods.filter((p) => p.namespace === AMBIENT_NS);
-    assert.equal(await node.terminate(), 0);
-    assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni'], 'the plugin stays in the chain');
-    assert.ok(existsSync(node.kubeconfigPath), 'the plugin kubeconfig stays');
-    assert.match(await hostNatRules(), /ISTIO_POSTRT/, 'host rules stay');
-    for (const pod of enrolled) assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), `${pod.name} keeps its in-pod rules`);
-    await zt.waitFor(() => !zt.connected, 'the ZDS connection to close');
+  it(
+    '7. SIGTERM while the DaemonSet exists is an upgrade: everything stays, the next daemon takes the enrolled pods over',
+    SCENARIO,
+    async () => {
+      const zt = ztunnel;
+      assert.ok(zt);
+      const enrolled = pods.filter((p) => p.namespace === AMBIENT_NS);
+      assert.equal(await node.terminate(), 0);
+      assert.deepEqual(pluginTypes(), ['bridge', 'portmap', 'istio-cni'], 'the plugin stays in the chain');
+      assert.ok(existsSync(node.kubeconfigPath), 'the plugin kubeconfig stays');
+      assert.match(await hostNatRules(), /ISTIO_POSTRT/, 'host rules stay');
+      for (const pod of enrolled) assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), `${pod.name} keeps its in-pod rules`);
+      await zt.waitFor(() => !zt.connected, 'the ZDS connection to close');
 
-    await node.start();
-    await zt.reconnect();
-    await zt.waitFor(() => zt.snapshots[zt.session - 1] === 1, 'the snapshot of the new connection');
-    for (const pod of enrolled) {
-      const snap: FakeAdd | undefined = zt.adds.find((a) => a.session === zt.session && a.inSnapshot && a.uid === pod.uid);
-      assert.equal(snap?.inode, statSync(pod.netnsPath).ino, `the snapshot hands ${pod.name} over with its netns`);
-    }
-    assert.deepEqual(zt.fdProblems, []);
-  });
+      await node.start();
+      await zt.reconnect();
+      await zt.waitFor(() => zt.snapshots[zt.session - 1] === 1, 'the snapshot of the new connection');
+      for (const pod of enrolled) {
+        const snap: FakeAdd | undefined = zt.adds.find((a) => a.session === zt.session && a.inSnapshot && a.uid === pod.uid);
+        assert.equal(snap?.inode, statSync(pod.netnsPath).ino, `the snapshot hands ${pod.name} over with its netns`);
+      }
+      assert.deepEqual(zt.fdProblems, []);
+    },
+  );
 
   it('7. uninstall: DaemonSet deleted, SIGTERM removes the plugin and the node-level ambient state', SCENARIO, async () => {
     await api().must('DELETE', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`);

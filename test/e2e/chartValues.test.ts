@@ -72,7 +72,8 @@ const WHERE: Record<string, (r: Rendering, value: unknown) => unknown> = {
   'global.imagePullPolicy': (r) => r.container.imagePullPolicy,
   'global.logging.level': (r) => r.container.args.find((a) => a.startsWith('--log_output_level='))?.slice(19),
   'global.logAsJson': (r) => r.container.args.includes('--log_as_json'),
-  'global.imagePullSecrets': (r) => (findObject(r.objects, 'ServiceAccount', 'istio-cni').imagePullSecrets as { name: string }[]).map((s) => s.name),
+  'global.imagePullSecrets': (r) =>
+    (findObject(r.objects, 'ServiceAccount', 'istio-cni').imagePullSecrets as { name: string }[]).map((s) => s.name),
   'global.platform': () => undefined,
   'global.profile': () => undefined,
   hub: (r) => r.container.image.split('/install-cni:')[0],
@@ -121,7 +122,9 @@ function leafPaths(file: string): [string, unknown][] {
 }
 
 describe('upstream-style values files', () => {
-  const files = readdirSync(FIXTURES).filter((f) => f.endsWith('.yaml')).sort();
+  const files = readdirSync(FIXTURES)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort();
 
   test('the fixtures cover the default, ambient, cni.-prefixed, every profile and platform, and each compatibility version', () => {
     for (const name of ['default', 'ambient', 'legacy-cni-prefix', 'platform-gke', 'platform-openshift', 'platform-k3d']) {
@@ -142,7 +145,8 @@ describe('upstream-style values files', () => {
         const where = WHERE[path];
         assert.ok(where, `${file} sets ${path}, which this test does not know where to look for`);
         const shown = where(r, value);
-        if (shown === undefined && ['profile', 'platform', 'compatibilityVersion', 'global.platform', 'global.profile'].includes(path)) continue;
+        if (shown === undefined && ['profile', 'platform', 'compatibilityVersion', 'global.platform', 'global.profile'].includes(path))
+          continue;
         assert.deepEqual(shown, value, `${file}: ${path}`);
       }
     });
@@ -194,7 +198,10 @@ describe('profiles keep upstream meaning', () => {
       assert.equal(os.hostPath('cni-bin-dir'), '/var/lib/cni/bin', file);
       assert.ok(os.has('NetworkAttachmentDefinition'), file);
       const role = findObject(os.objects, 'ClusterRole', 'istio-cni').rules as { apiGroups: string[] }[];
-      assert.ok(role.some((rule) => rule.apiGroups.includes('security.openshift.io')), `${file}: the SCC grant`);
+      assert.ok(
+        role.some((rule) => rule.apiGroups.includes('security.openshift.io')),
+        `${file}: the SCC grant`,
+      );
     }
     assert.equal((await renderFile('platform-openshift.yaml')).container.securityContext.seLinuxOptions?.type, 'spc_t');
     assert.equal((await renderFile('profile-openshift-ambient.yaml')).config.AMBIENT_ENABLED, 'true');
@@ -206,7 +213,10 @@ describe('profiles keep upstream meaning', () => {
       assert.equal(gke.hostPath('cni-bin-dir'), '/home/kubernetes/bin', kubeVersion);
       assert.ok(gke.has('ResourceQuota'));
     }
-    assert.equal((await renderFile('platform-gke-user-bin-dir.yaml', { kubeVersion: 'v1.31.2-gke.1000' })).hostPath('cni-bin-dir'), '/var/lib/cni-custom');
+    assert.equal(
+      (await renderFile('platform-gke-user-bin-dir.yaml', { kubeVersion: 'v1.31.2-gke.1000' })).hostPath('cni-bin-dir'),
+      '/var/lib/cni-custom',
+    );
     // Without the gke platform the chart default stands, even on a GKE cluster (as upstream).
     assert.equal(new Rendering(await renderChart({ kubeVersion: 'v1.31.2-gke.1000' })).hostPath('cni-bin-dir'), '/opt/cni/bin');
   });
@@ -217,7 +227,16 @@ describe('labels, runtime memory and host mounts', () => {
     const r = await renderFile('default.yaml');
     for (const o of r.objects) {
       const labels = o.metadata.labels ?? {};
-      for (const key of ['istio.io/rev', 'app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/version', 'app.kubernetes.io/part-of', 'app.kubernetes.io/managed-by', 'helm.sh/chart', 'operator.istio.io/component']) {
+      for (const key of [
+        'istio.io/rev',
+        'app.kubernetes.io/name',
+        'app.kubernetes.io/instance',
+        'app.kubernetes.io/version',
+        'app.kubernetes.io/part-of',
+        'app.kubernetes.io/managed-by',
+        'helm.sh/chart',
+        'operator.istio.io/component',
+      ]) {
         assert.ok(key in labels, `${o.kind}/${o.metadata.name} lacks ${key}`);
       }
       assert.equal(labels['istio.io/rev'], 'canary');
@@ -230,13 +249,17 @@ describe('labels, runtime memory and host mounts', () => {
     const limited = await renderFile('default.yaml');
     assert.equal(limited.env('NODE_OPTIONS'), '--max-old-space-size=384');
     assert.ok(limited.container.env.some((e) => e.name === 'GOMEMLIMIT'));
-    const sized = async (limit: string) => new Rendering(await renderChart({ set: [`resources.limits.memory=${limit}`] })).env('NODE_OPTIONS');
+    const sized = async (limit: string) =>
+      new Rendering(await renderChart({ set: [`resources.limits.memory=${limit}`] })).env('NODE_OPTIONS');
     assert.equal(await sized('1Gi'), '--max-old-space-size=768');
     assert.equal(await sized('200M'), '--max-old-space-size=143');
     assert.equal(await sized('1.5Gi'), '--max-old-space-size=1152');
     assert.equal(new Rendering(await renderChart()).env('NODE_OPTIONS'), undefined);
     const own = new Rendering(await renderChart({ set: ['resources.limits.memory=1Gi', 'env.NODE_OPTIONS=--max-old-space-size=100'] }));
-    assert.deepEqual(own.container.env.filter((e) => e.name === 'NODE_OPTIONS').map((e) => e.value), ['--max-old-space-size=100']);
+    assert.deepEqual(
+      own.container.env.filter((e) => e.name === 'NODE_OPTIONS').map((e) => e.value),
+      ['--max-old-space-size=100'],
+    );
     await assert.rejects(renderChart({ set: ['resources.limits.memory=lots'] }), /resources.limits.memory "lots"/);
   });
 

@@ -26,7 +26,9 @@ function archiveRef(): string {
 /** Extracts the archive's one layer into a scratch directory. */
 function unpackLayer(): { dir: string; rootfs: string } {
   const dir = mkdtempSync(join(tmpdir(), 'istio-cni-image-layer-'));
-  const index = JSON.parse(execFileSync('tar', ['-xOf', ARCHIVE, 'index.json'], { encoding: 'utf8' })) as { manifests: { digest: string }[] };
+  const index = JSON.parse(execFileSync('tar', ['-xOf', ARCHIVE, 'index.json'], { encoding: 'utf8' })) as {
+    manifests: { digest: string }[];
+  };
   const blob = (digest: string | undefined) => `blobs/sha256/${(digest ?? '').replace('sha256:', '')}`;
   const manifest = JSON.parse(execFileSync('tar', ['-xOf', ARCHIVE, blob(index.manifests[0]?.digest)], { encoding: 'utf8' })) as {
     layers: { digest: string }[];

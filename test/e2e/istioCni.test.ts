@@ -16,7 +16,16 @@ import { runCnitool } from './support/cnitool.ts';
 import { AGENT_POD_NAME, createIstioCniNode, type IstioCniNode } from './support/istioCniNode.ts';
 import { makeKubeClient, type KubeClient } from './support/kubeClient.ts';
 import { waitFor } from './support/managedProcess.ts';
-import { createAndRunPod, createPodObject, hasSidecarCapture, podRules, probeTraffic, removePod, reportPodStatus, type StartedPod } from './support/pods.ts';
+import {
+  createAndRunPod,
+  createPodObject,
+  hasSidecarCapture,
+  podRules,
+  probeTraffic,
+  removePod,
+  reportPodStatus,
+  type StartedPod,
+} from './support/pods.ts';
 import { startRig, type Rig } from './support/rig.ts';
 import { runCommand } from './support/runCommand.ts';
 
@@ -65,11 +74,17 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
   /** Waits until containerd's CRI plugin has loaded exactly the conflist now on disk. */
   const waitContainerdCurrent = async () => {
     const onDisk = JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as unknown;
-    await waitFor('containerd to load the current conflist', async () => {
-      const info = JSON.parse(await rig.containerd.crictl(['info'])) as { cniconfig?: { Networks?: { Config?: { Name?: string; Source?: string } }[] } };
-      const source = info.cniconfig?.Networks?.find((n) => n.Config?.Name === rig.network.name)?.Config?.Source;
-      return source !== undefined && isDeepStrictEqual(JSON.parse(source), onDisk) ? true : undefined;
-    }, { timeoutMs: 30_000 });
+    await waitFor(
+      'containerd to load the current conflist',
+      async () => {
+        const info = JSON.parse(await rig.containerd.crictl(['info'])) as {
+          cniconfig?: { Networks?: { Config?: { Name?: string; Source?: string } }[] };
+        };
+        const source = info.cniconfig?.Networks?.find((n) => n.Config?.Name === rig.network.name)?.Config?.Source;
+        return source !== undefined && isDeepStrictEqual(JSON.parse(source), onDisk) ? true : undefined;
+      },
+      { timeoutMs: 30_000 },
+    );
   };
   /** The istio-cni entry of the installed conflist in a CNI 1.1.0 list of its own (GC and STATUS need 1.1.0). */
   const writeIstioOnlyList = (): { confDir: string; name: string; conf: Record<string, unknown> } => {
@@ -104,9 +119,15 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     await rig.cluster.ensureNamespace(EXCLUDED_NS);
     // `kubectl apply -f manifests/istio-cni.yaml`: every object, the DaemonSet included (no controller runs it).
     await applyObjects(api(), objects);
-    await api().must('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE_NAME, labels: { 'kubernetes.io/os': 'linux' } } });
+    await api().must('POST', '/api/v1/nodes', {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: NODE_NAME, labels: { 'kubernetes.io/os': 'linux' } },
+    });
     // The DaemonSet's pod on this node, as its controller and the scheduler would create it.
-    const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as { spec: { template: { metadata: Record<string, unknown>; spec: Record<string, unknown> } } };
+    const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+      spec: { template: { metadata: Record<string, unknown>; spec: Record<string, unknown> } };
+    };
     await api().must('POST', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`, {
       apiVersion: 'v1',
       kind: 'Pod',
@@ -174,10 +195,18 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     const netnsPath = `/var/run/netns/${netnsName}`;
     await runCommand(['ip', 'netns', 'add', netnsName]);
     try {
-      const options = { confDir: rig.containerd.cniConfDir, binDir: rig.containerd.cniBinDir, args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${MESH_NS};K8S_POD_NAME=${name}` };
+      const options = {
+        confDir: rig.containerd.cniConfDir,
+        binDir: rig.containerd.cniBinDir,
+        args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${MESH_NS};K8S_POD_NAME=${name}`,
+      };
       const add = await runCnitool('add', rig.network.name, netnsPath, options);
       // istio-cni passes the primary's result through unchanged (as upstream).
-      const result = JSON.parse(add.stdout) as { cniVersion: string; interfaces: { name: string }[]; ips: { address: string; gateway: string }[] };
+      const result = JSON.parse(add.stdout) as {
+        cniVersion: string;
+        interfaces: { name: string }[];
+        ips: { address: string; gateway: string }[];
+      };
       assert.equal(result.cniVersion, '1.0.0');
       assert.match(result.ips[0]?.address ?? '', /^10\.244\.250\.\d+\/24$/);
       assert.equal(result.ips[0]?.gateway, '10.244.250.1');
@@ -245,17 +274,39 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
       ['GET', '/api/v1/secrets'],
       ['GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/secrets`],
       ['GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/configmaps/istio-cni-config`],
-      ['POST', `/api/v1/namespaces/${MESH_NS}/pods`, { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x' }, spec: { containers: [{ name: 'x', image: 'x' }] } }],
+      [
+        'POST',
+        `/api/v1/namespaces/${MESH_NS}/pods`,
+        { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x' }, spec: { containers: [{ name: 'x', image: 'x' }] } },
+      ],
       ['PATCH', otherPod, { metadata: { labels: { hacked: 'true' } } }, merge],
       ['PATCH', `${otherPod}/status`, { metadata: { annotations: { hacked: 'true' } } }, merge],
       ['DELETE', otherPod],
-      ['POST', `${otherPod}/eviction`, { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: other.metadata.name, namespace: MESH_NS } }],
+      [
+        'POST',
+        `${otherPod}/eviction`,
+        { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: other.metadata.name, namespace: MESH_NS } },
+      ],
       ['DELETE', `/api/v1/nodes/${NODE_NAME}`],
       ['PATCH', `/api/v1/nodes/${NODE_NAME}`, { spec: { taints: [{ key: 'cni.istio.io/not-ready', effect: 'NoSchedule' }] } }, merge],
       ['GET', '/api/v1/nodes'],
       ['POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x' } }],
-      ['POST', `/api/v1/namespaces/${RELEASE_NAMESPACE}/serviceaccounts/istio-cni/token`, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: {} }],
-      ['POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'x' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' }, subjects: [{ kind: 'ServiceAccount', name: 'istio-cni', namespace: RELEASE_NAMESPACE }] }],
+      [
+        'POST',
+        `/api/v1/namespaces/${RELEASE_NAMESPACE}/serviceaccounts/istio-cni/token`,
+        { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: {} },
+      ],
+      [
+        'POST',
+        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
+        {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRoleBinding',
+          metadata: { name: 'x' },
+          roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' },
+          subjects: [{ kind: 'ServiceAccount', name: 'istio-cni', namespace: RELEASE_NAMESPACE }],
+        },
+      ],
       ['GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`],
     ];
     for (const [method, path, body, options] of denied) {
@@ -273,7 +324,10 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
 
   it('4. token rotation through a new TokenRequest and a ..data swap: the kubeconfig follows', SCENARIO, async () => {
     const oldToken = node.readKubeconfig().token;
-    const agentPod = await api().must<{ metadata: { uid: string } }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${AGENT_POD_NAME}`);
+    const agentPod = await api().must<{ metadata: { uid: string } }>(
+      'GET',
+      `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${AGENT_POD_NAME}`,
+    );
     // What kubelet does for the projected volume: a token bound to the agent's pod.
     const newToken = await requestToken({ apiVersion: 'v1', kind: 'Pod', name: AGENT_POD_NAME, uid: agentPod.metadata.uid });
     assert.notEqual(newToken, oldToken);
@@ -284,9 +338,13 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     });
     // Revoke the old token: only the rotated kubeconfig can authenticate from here on.
     await api().must('DELETE', `/api/v1/namespaces/${RELEASE_NAMESPACE}/secrets/${BOOTSTRAP_SECRET}`);
-    await waitFor('the old token to be rejected', async () => ((await whoAmI(api().withToken(oldToken))).status === 401 ? true : undefined), {
-      timeoutMs: 30_000,
-    });
+    await waitFor(
+      'the old token to be rejected',
+      async () => ((await whoAmI(api().withToken(oldToken))).status === 401 ? true : undefined),
+      {
+        timeoutMs: 30_000,
+      },
+    );
     const review = await whoAmI(kubeconfigClient());
     assert.equal(review.status, 201, review.text);
     assert.equal(review.body.status?.userInfo?.username, SA);
@@ -306,7 +364,11 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     // Ambient pods fail with a retryable error here and start once the daemon is back: ambient.test.ts.
 
     const only = writeIstioOnlyList();
-    const status = await runCnitool('status', only.name, '/dev/null', { confDir: only.confDir, binDir: rig.containerd.cniBinDir, allowFailure: true });
+    const status = await runCnitool('status', only.name, '/dev/null', {
+      confDir: only.confDir,
+      binDir: rig.containerd.cniBinDir,
+      allowFailure: true,
+    });
     assert.notEqual(status.exitCode, 0, 'STATUS reports the plugin unavailable while the agent is down');
     assert.match(status.stderr + status.stdout, /not reachable/);
 
@@ -326,7 +388,10 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-rewrite');
     assert.ok(hasSidecarCapture(await podRules(pod.netnsPath)));
     // Readiness drops while the installer re-runs its pass (as upstream) and comes back after it.
-    await waitFor('/readyz 200 again', async () => ((await node.readyz()) === 200 ? true : undefined), { process: node.daemon, timeoutMs: 30_000 });
+    await waitFor('/readyz 200 again', async () => ((await node.readyz()) === 200 ? true : undefined), {
+      process: node.daemon,
+      timeoutMs: 30_000,
+    });
   });
 
   it('7. SIGTERM: cleanup leaves a working primary-only chain and a new pod still starts', SCENARIO, async () => {
@@ -340,51 +405,69 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false);
   });
 
-  it('10. repair: a sidecar pod started without the plugin, its validation exiting 126, is repaired in place and captured', SCENARIO, async () => {
-    // After 7 the chain is primary-only: containerd starts this pod without istio-cni.
-    const pod = await startPod('sidecar', MESH_NS, 'sidecar-broken');
-    assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false, 'started without capture');
-    assert.notEqual((await probeTraffic(pod)).outbound, 'port 15001', 'traffic is not captured yet');
-    // What kubelet then reports: istio-validation found no redirection and exited 126, crash-looping.
-    await reportPodStatus(rig.cluster, pod, {
-      phase: 'Pending',
-      initContainer: { name: 'istio-validation', lastTerminated: { exitCode: 126, message: 'iptables validation failed; workload is not ready for Istio' } },
-    });
-    // The plain sidecar pod of scenario 7 has no failed validation: it must be left alone.
-    const healthy = pods.find((p) => p.name === 'sidecar-after-uninstall');
-    assert.ok(healthy);
-    await reportPodStatus(rig.cluster, healthy);
+  it(
+    '10. repair: a sidecar pod started without the plugin, its validation exiting 126, is repaired in place and captured',
+    SCENARIO,
+    async () => {
+      // After 7 the chain is primary-only: containerd starts this pod without istio-cni.
+      const pod = await startPod('sidecar', MESH_NS, 'sidecar-broken');
+      assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false, 'started without capture');
+      assert.notEqual((await probeTraffic(pod)).outbound, 'port 15001', 'traffic is not captured yet');
+      // What kubelet then reports: istio-validation found no redirection and exited 126, crash-looping.
+      await reportPodStatus(rig.cluster, pod, {
+        phase: 'Pending',
+        initContainer: {
+          name: 'istio-validation',
+          lastTerminated: { exitCode: 126, message: 'iptables validation failed; workload is not ready for Istio' },
+        },
+      });
+      // The plain sidecar pod of scenario 7 has no failed validation: it must be left alone.
+      const healthy = pods.find((p) => p.name === 'sidecar-after-uninstall');
+      assert.ok(healthy);
+      await reportPodStatus(rig.cluster, healthy);
 
-    await node.start();
-    assert.equal(node.env.REPAIR_ENABLED, 'true');
-    assert.equal(node.env.REPAIR_REPAIR_PODS, 'true');
-    await waitFor('the repair controller to program the broken pod', async () => (hasSidecarCapture(await podRules(pod.netnsPath)) ? true : undefined), {
-      process: node.daemon,
-      timeoutMs: 30_000,
-    });
-    assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'port 15006' });
-    assert.match(readFileSync(node.daemon?.logFile ?? '', 'utf8'), /pod repaired: traffic capture programmed/);
-    // The Warning event the repair role may create, through the real API.
-    const events = await api().must<{ items: { reason: string; message: string; involvedObject: { name: string; uid?: string } }[] }>(
-      'GET',
-      `/api/v1/namespaces/${MESH_NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${pod.name}`)}`,
-    );
-    assert.ok(
-      events.items.some((e) => e.involvedObject.uid === pod.uid && /traffic capture programmed in place/.test(e.message)),
-      `a repair event for the pod: ${JSON.stringify(events.items.map((e) => [e.reason, e.message]))}`,
-    );
-    assert.equal(hasSidecarCapture(await podRules(healthy.netnsPath)), false, 'a pod without a failed validation is not touched');
-    // The watch path: that pod's validation fails now, while the daemon runs.
-    await reportPodStatus(rig.cluster, healthy, {
-      initContainer: { name: 'istio-validation', lastTerminated: { exitCode: 126 } },
-    });
-    await waitFor('the watch to repair the newly broken pod', async () => (hasSidecarCapture(await podRules(healthy.netnsPath)) ? true : undefined), {
-      process: node.daemon,
-      timeoutMs: 30_000,
-    });
-    assert.deepEqual(await probeTraffic(healthy), { outbound: 'port 15001', inbound: 'port 15006' });
-    const alive = await api().must<{ metadata: { uid: string; deletionTimestamp?: string } }>('GET', `/api/v1/namespaces/${MESH_NS}/pods/${pod.name}`);
-    assert.equal(alive.metadata.uid, pod.uid, 'repaired in place: the pod was not deleted');
-    assert.equal(alive.metadata.deletionTimestamp, undefined);
-  });
+      await node.start();
+      assert.equal(node.env.REPAIR_ENABLED, 'true');
+      assert.equal(node.env.REPAIR_REPAIR_PODS, 'true');
+      await waitFor(
+        'the repair controller to program the broken pod',
+        async () => (hasSidecarCapture(await podRules(pod.netnsPath)) ? true : undefined),
+        {
+          process: node.daemon,
+          timeoutMs: 30_000,
+        },
+      );
+      assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'port 15006' });
+      assert.match(readFileSync(node.daemon?.logFile ?? '', 'utf8'), /pod repaired: traffic capture programmed/);
+      // The Warning event the repair role may create, through the real API.
+      const events = await api().must<{ items: { reason: string; message: string; involvedObject: { name: string; uid?: string } }[] }>(
+        'GET',
+        `/api/v1/namespaces/${MESH_NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${pod.name}`)}`,
+      );
+      assert.ok(
+        events.items.some((e) => e.involvedObject.uid === pod.uid && /traffic capture programmed in place/.test(e.message)),
+        `a repair event for the pod: ${JSON.stringify(events.items.map((e) => [e.reason, e.message]))}`,
+      );
+      assert.equal(hasSidecarCapture(await podRules(healthy.netnsPath)), false, 'a pod without a failed validation is not touched');
+      // The watch path: that pod's validation fails now, while the daemon runs.
+      await reportPodStatus(rig.cluster, healthy, {
+        initContainer: { name: 'istio-validation', lastTerminated: { exitCode: 126 } },
+      });
+      await waitFor(
+        'the watch to repair the newly broken pod',
+        async () => (hasSidecarCapture(await podRules(healthy.netnsPath)) ? true : undefined),
+        {
+          process: node.daemon,
+          timeoutMs: 30_000,
+        },
+      );
+      assert.deepEqual(await probeTraffic(healthy), { outbound: 'port 15001', inbound: 'port 15006' });
+      const alive = await api().must<{ metadata: { uid: string; deletionTimestamp?: string } }>(
+        'GET',
+        `/api/v1/namespaces/${MESH_NS}/pods/${pod.name}`,
+      );
+      assert.equal(alive.metadata.uid, pod.uid, 'repaired in place: the pod was not deleted');
+      assert.equal(alive.metadata.deletionTimestamp, undefined);
+    },
+  );
 });

@@ -62,18 +62,15 @@ describe('istio-cni Helm chart', () => {
 
   test('the default rendering: ServiceAccount, ConfigMap, base and repair RBAC, DaemonSet', async () => {
     const objects = await render();
-    assert.deepEqual(
-      objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(),
-      [
-        'ClusterRole/istio-cni',
-        'ClusterRole/istio-cni-repair-role',
-        'ClusterRoleBinding/istio-cni',
-        'ClusterRoleBinding/istio-cni-repair-rolebinding',
-        'ConfigMap/istio-cni-config',
-        'DaemonSet/istio-cni-node',
-        'ServiceAccount/istio-cni',
-      ],
-    );
+    assert.deepEqual(objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(), [
+      'ClusterRole/istio-cni',
+      'ClusterRole/istio-cni-repair-role',
+      'ClusterRoleBinding/istio-cni',
+      'ClusterRoleBinding/istio-cni-repair-rolebinding',
+      'ConfigMap/istio-cni-config',
+      'DaemonSet/istio-cni-node',
+      'ServiceAccount/istio-cni',
+    ]);
     assert.deepEqual(grants(objects), [
       'core/events create',
       'core/events patch',
@@ -111,10 +108,21 @@ describe('istio-cni Helm chart', () => {
 
   test('each feature adds only its own permissions', async () => {
     const base = grants(await render('repair.enabled=false'));
-    assert.deepEqual(base, ['core/namespaces get', 'core/namespaces list', 'core/namespaces watch', 'core/pods get', 'core/pods list', 'core/pods watch']);
+    assert.deepEqual(base, [
+      'core/namespaces get',
+      'core/namespaces list',
+      'core/namespaces watch',
+      'core/pods get',
+      'core/pods list',
+      'core/pods watch',
+    ]);
     const added = async (...set: string[]) => grants(await render('repair.enabled=false', ...set)).filter((g) => !base.includes(g));
     assert.deepEqual(await added('taint.enabled=true'), ['core/nodes get', 'core/nodes patch']);
-    assert.deepEqual(await added('ambient.enabled=true'), ['apps/daemonsets:istio-cni-node get', 'core/pods/status patch', 'core/pods/status update']);
+    assert.deepEqual(await added('ambient.enabled=true'), [
+      'apps/daemonsets:istio-cni-node get',
+      'core/pods/status patch',
+      'core/pods/status update',
+    ]);
     assert.deepEqual(await added('global.platform=openshift'), ['security.openshift.io/securitycontextconstraints:privileged use']);
     const repair = (...set: string[]) => render(...set).then(grants);
     assert.ok(!(await repair()).includes('core/pods delete'), 'repairPods (the default) deletes nothing');
@@ -143,7 +151,14 @@ describe('istio-cni Helm chart', () => {
     assert.equal(data.ISTIO_OWNED_CNI_CONFIG, 'true');
     assert.equal(data.ISTIO_OWNED_CNI_CONFIG_FILENAME, '02-istio-cni.conflist');
     assert.equal(data.ISTIO_OWNED_CNI_CONF_FILENAME, undefined);
-    const named = configData(await render('istioOwnedCNIConfig=true', 'istioOwnedCNIConfigFileName=01-mine.conflist', 'cniConfFileName=10-x.conflist', 'env.FOO=bar'));
+    const named = configData(
+      await render(
+        'istioOwnedCNIConfig=true',
+        'istioOwnedCNIConfigFileName=01-mine.conflist',
+        'cniConfFileName=10-x.conflist',
+        'env.FOO=bar',
+      ),
+    );
     assert.equal(named.ISTIO_OWNED_CNI_CONFIG_FILENAME, '01-mine.conflist');
     assert.equal(named.CNI_CONF_NAME, '10-x.conflist');
     assert.equal(named.FOO, 'bar');

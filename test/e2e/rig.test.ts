@@ -72,7 +72,10 @@ describe('e2e rig', () => {
     assert.ok(rig);
     const { containerd, network } = rig;
     const ipamDataDir = join(containerd.dir, 'ipam');
-    assert.ok(network.conflist.plugins.some((p) => p.type === 'portmap'), 'the primary conflist chains portmap');
+    assert.ok(
+      network.conflist.plugins.some((p) => p.type === 'portmap'),
+      'the primary conflist chains portmap',
+    );
 
     const hostPort = 31080;
     const id = await containerd.runPodSandbox({

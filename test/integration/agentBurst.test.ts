@@ -26,54 +26,60 @@ const variants: { name: string; env: Record<string, string> }[] = [
   { name: 'native nftables', env: { NATIVE_NFTABLES: 'true' } },
 ];
 
-for (const variant of variants) describe(`${PODS} simultaneous sidecar ADDs [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
-  let rig: AgentRig;
-  const namespaces: PodNetns[] = [];
+for (const variant of variants)
+  describe(`${PODS} simultaneous sidecar ADDs [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
+    let rig: AgentRig;
+    const namespaces: PodNetns[] = [];
 
-  before(async () => {
-    rig = await startAgentRig(variant.env);
-    rig.api.upsertNamespace(namespaceObject('burst'));
-    for (let i = 0; i < PODS; i++) {
-      rig.api.upsertPod(sidecarPod('burst', `burst-${i}`));
-      namespaces.push(addPodNetns('burst', i));
-    }
-  });
-  after(async () => {
-    for (const ns of namespaces) ns.remove();
-    await rig?.close();
-  });
+    before(async () => {
+      rig = await startAgentRig(variant.env);
+      rig.api.upsertNamespace(namespaceObject('burst'));
+      for (let i = 0; i < PODS; i++) {
+        rig.api.upsertPod(sidecarPod('burst', `burst-${i}`));
+        namespaces.push(addPodNetns('burst', i));
+      }
+    });
+    after(async () => {
+      for (const ns of namespaces) ns.remove();
+      await rig?.close();
+    });
 
-  it('all complete through the agent, without lock errors, with bounded daemon memory', async (t) => {
-    const pid = rig.daemon.child.pid;
-    assert.ok(pid !== undefined);
-    const rss = watchPeakRss(pid);
-    let results: ExecResult[];
-    try {
-      results = await Promise.all(
-        namespaces.map((ns, i) =>
-          rig.exec('ADD', sidecarPod('burst', `burst-${i}`), { netns: ns.path, containerId: `burst${i}`, address: ns.address, gateway: ns.gateway }),
-        ),
+    it('all complete through the agent, without lock errors, with bounded daemon memory', async (t) => {
+      const pid = rig.daemon.child.pid;
+      assert.ok(pid !== undefined);
+      const rss = watchPeakRss(pid);
+      let results: ExecResult[];
+      try {
+        results = await Promise.all(
+          namespaces.map((ns, i) =>
+            rig.exec('ADD', sidecarPod('burst', `burst-${i}`), {
+              netns: ns.path,
+              containerId: `burst${i}`,
+              address: ns.address,
+              gateway: ns.gateway,
+            }),
+          ),
+        );
+      } finally {
+        const { peakKiB, samples } = rss.stop();
+        t.diagnostic(`daemon peak RSS ${Math.round(peakKiB / 1024)} MiB over ${samples} samples`);
+        assert.ok(samples > 0, 'RSS sampled');
+        assert.ok(peakKiB < RSS_CEILING_KIB, `daemon peak RSS ${Math.round(peakKiB / 1024)} MiB exceeds ${RSS_CEILING_KIB / 1024} MiB`);
+      }
+
+      const failures = results.flatMap((res, i) => (res.code === 0 ? [] : [`burst-${i}: exit ${res.code} ${res.stdout}`]));
+      assert.deepEqual(failures, [], 'every ADD succeeded');
+      const notByAgent = results.flatMap((res, i) =>
+        findLog(res.stderr, 'pod handled by agent')?.verdict === 'redirected' ? [] : [`burst-${i}: ${res.stderr}`],
       );
-    } finally {
-      const { peakKiB, samples } = rss.stop();
-      t.diagnostic(`daemon peak RSS ${Math.round(peakKiB / 1024)} MiB over ${samples} samples`);
-      assert.ok(samples > 0, 'RSS sampled');
-      assert.ok(peakKiB < RSS_CEILING_KIB, `daemon peak RSS ${Math.round(peakKiB / 1024)} MiB exceeds ${RSS_CEILING_KIB / 1024} MiB`);
-    }
+      assert.deepEqual(notByAgent, [], 'every pod was redirected by the agent (no degraded fallback)');
+      const lockErrors = [...results.flatMap((r) => [r.stdout, r.stderr]), ...rig.daemon.lines].filter((text) => LOCK_ERRORS.test(text));
+      assert.deepEqual(lockErrors, [], 'no xtables lock error anywhere');
 
-    const failures = results.flatMap((res, i) => (res.code === 0 ? [] : [`burst-${i}: exit ${res.code} ${res.stdout}`]));
-    assert.deepEqual(failures, [], 'every ADD succeeded');
-    const notByAgent = results.flatMap((res, i) =>
-      findLog(res.stderr, 'pod handled by agent')?.verdict === 'redirected' ? [] : [`burst-${i}: ${res.stderr}`],
-    );
-    assert.deepEqual(notByAgent, [], 'every pod was redirected by the agent (no degraded fallback)');
-    const lockErrors = [...results.flatMap((r) => [r.stdout, r.stderr]), ...rig.daemon.lines].filter((text) => LOCK_ERRORS.test(text));
-    assert.deepEqual(lockErrors, [], 'no xtables lock error anywhere');
-
-    const missing: string[] = [];
-    for (const ns of namespaces) {
-      if (!CAPTURE_CHAIN.test(await netnsRuleset(ns.path))) missing.push(ns.name);
-    }
-    assert.deepEqual(missing, [], 'every netns holds the capture rules');
+      const missing: string[] = [];
+      for (const ns of namespaces) {
+        if (!CAPTURE_CHAIN.test(await netnsRuleset(ns.path))) missing.push(ns.name);
+      }
+      assert.deepEqual(missing, [], 'every netns holds the capture rules');
+    });
   });
-});

@@ -35,95 +35,109 @@ const variants: { name: string; env: Record<string, string> }[] = [
   },
 ];
 
-for (const variant of variants) describe(`plugin degraded mode while the node agent is down, then back [${variant.name}]`, { skip: notRootSkip, timeout: 240_000 }, () => {
-  let rig: AgentRig;
-  /** The ruleset the agent programmed for a sidecar pod, to compare degraded mode against. */
-  let agentRules: string;
+for (const variant of variants)
+  describe(`plugin degraded mode while the node agent is down, then back [${variant.name}]`, {
+    skip: notRootSkip,
+    timeout: 240_000,
+  }, () => {
+    let rig: AgentRig;
+    /** The ruleset the agent programmed for a sidecar pod, to compare degraded mode against. */
+    let agentRules: string;
 
-  before(async () => {
-    rig = await startAgentRig(variant.env);
-    rig.api.upsertNamespace(namespaceObject('default'));
-    rig.api.upsertNamespace(namespaceObject('mesh-ambient', { [AMBIENT_LABEL]: 'ambient' }));
-    for (const name of ['ratings-0', 'ratings-1', 'ratings-2', 'ratings-3']) rig.api.upsertPod(sidecarPod('default', name));
-    rig.api.upsertPod(plainPod('default', 'plain-0'));
-    rig.api.upsertPod(plainPod('mesh-ambient', 'ztunnel-client-0'));
-  });
-  after(async () => {
-    await rig?.close();
-  });
+    before(async () => {
+      rig = await startAgentRig(variant.env);
+      rig.api.upsertNamespace(namespaceObject('default'));
+      rig.api.upsertNamespace(namespaceObject('mesh-ambient', { [AMBIENT_LABEL]: 'ambient' }));
+      for (const name of ['ratings-0', 'ratings-1', 'ratings-2', 'ratings-3']) rig.api.upsertPod(sidecarPod('default', name));
+      rig.api.upsertPod(plainPod('default', 'plain-0'));
+      rig.api.upsertPod(plainPod('mesh-ambient', 'ztunnel-client-0'));
+    });
+    after(async () => {
+      await rig?.close();
+    });
 
-  it('with the agent up: the sidecar pod is programmed by the agent (reference rules)', async (t) => {
-    const net = createPodNetworkFixture(t);
-    const res = await rig.exec('ADD', sidecarPod('default', 'ratings-0'), attachmentOf(net, 'c1'));
-    assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-    assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
-    agentRules = await netnsRuleset(net.pod.path);
-    assert.match(agentRules, CAPTURE_CHAIN);
-  });
-
-  it('the agent is killed; its socket answers nobody but the plugin kubeconfig stays', async () => {
-    await rig.daemon.stop('SIGKILL');
-    assert.ok(existsSync(runDirPath(rig.root.runDir, PLUGIN_KUBECONFIG)), 'installer-written kubeconfig left behind');
-  });
-
-  it('a sidecar pod gets exactly the rules the agent would have programmed', async (t) => {
-    assert.ok(agentRules, 'reference rules recorded');
-    const net = createPodNetworkFixture(t);
-    const res = await rig.exec('ADD', sidecarPod('default', 'ratings-1'), attachmentOf(net, 'c2'));
-    assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-    assert.ok(findLog(res.stderr, 'istio-cni node agent unreachable; deciding in the plugin'), res.stderr);
-    assert.equal(findLog(res.stderr, 'pod handled in degraded mode')?.action, 'redirected', res.stderr);
-    const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
-    assert.deepEqual(out.ips?.map((ip) => ip.address), [`${net.pod.ipv4}/24`], 'prevResult passed through');
-    assert.equal(await netnsRuleset(net.pod.path), agentRules);
-  });
-
-  it('an ambient pod fails closed with code 11 and nothing programmed', async (t) => {
-    const net = createPodNetworkFixture(t);
-    const res = await rig.exec('ADD', plainPod('mesh-ambient', 'ztunnel-client-0'), attachmentOf(net, 'c3'), AMBIENT_CONF);
-    assert.equal(res.code, 1, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-    const err = cniError(res.stdout);
-    assert.equal(err.code, 11);
-    assert.match(err.msg, /ambient/);
-    assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
-  });
-
-  it('a plain pod passes through (ambient enabled too, its namespace is not selected)', async (t) => {
-    const net = createPodNetworkFixture(t);
-    for (const [containerId, extra] of [['c4', {}], ['c5', AMBIENT_CONF]] as const) {
-      const res = await rig.exec('ADD', plainPod('default', 'plain-0'), attachmentOf(net, containerId), extra);
+    it('with the agent up: the sidecar pod is programmed by the agent (reference rules)', async (t) => {
+      const net = createPodNetworkFixture(t);
+      const res = await rig.exec('ADD', sidecarPod('default', 'ratings-0'), attachmentOf(net, 'c1'));
       assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-      assert.equal(findLog(res.stderr, 'pod handled in degraded mode')?.action, 'skipped', res.stderr);
-      const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
-      assert.deepEqual(out.ips?.map((ip) => ip.address), [`${net.pod.ipv4}/24`]);
-    }
-    assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
-  });
+      assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
+      agentRules = await netnsRuleset(net.pod.path);
+      assert.match(agentRules, CAPTURE_CHAIN);
+    });
 
-  it('a rejected token is reported as Unauthorized (code 11), not as a generic failure', async (t) => {
-    const net = createPodNetworkFixture(t);
-    const token = rig.api.token;
-    rig.api.setToken('rotated-token');
-    try {
-      const res = await rig.exec('ADD', sidecarPod('default', 'ratings-2'), attachmentOf(net, 'c6'));
+    it('the agent is killed; its socket answers nobody but the plugin kubeconfig stays', async () => {
+      await rig.daemon.stop('SIGKILL');
+      assert.ok(existsSync(runDirPath(rig.root.runDir, PLUGIN_KUBECONFIG)), 'installer-written kubeconfig left behind');
+    });
+
+    it('a sidecar pod gets exactly the rules the agent would have programmed', async (t) => {
+      assert.ok(agentRules, 'reference rules recorded');
+      const net = createPodNetworkFixture(t);
+      const res = await rig.exec('ADD', sidecarPod('default', 'ratings-1'), attachmentOf(net, 'c2'));
+      assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+      assert.ok(findLog(res.stderr, 'istio-cni node agent unreachable; deciding in the plugin'), res.stderr);
+      assert.equal(findLog(res.stderr, 'pod handled in degraded mode')?.action, 'redirected', res.stderr);
+      const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
+      assert.deepEqual(
+        out.ips?.map((ip) => ip.address),
+        [`${net.pod.ipv4}/24`],
+        'prevResult passed through',
+      );
+      assert.equal(await netnsRuleset(net.pod.path), agentRules);
+    });
+
+    it('an ambient pod fails closed with code 11 and nothing programmed', async (t) => {
+      const net = createPodNetworkFixture(t);
+      const res = await rig.exec('ADD', plainPod('mesh-ambient', 'ztunnel-client-0'), attachmentOf(net, 'c3'), AMBIENT_CONF);
       assert.equal(res.code, 1, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
       const err = cniError(res.stdout);
       assert.equal(err.code, 11);
-      assert.match(err.msg, /Unauthorized/);
-    } finally {
-      rig.api.setToken(token);
-    }
-    assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
-  });
+      assert.match(err.msg, /ambient/);
+      assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
+    });
 
-  it('the daemon starts again and hand-off resumes', async (t) => {
-    const daemon = await rig.restartDaemon();
-    const net = createPodNetworkFixture(t);
-    const res = await rig.exec('ADD', sidecarPod('default', 'ratings-3'), attachmentOf(net, 'c7'));
-    assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-    assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
-    assert.equal(findLog(res.stderr, 'istio-cni node agent unreachable; deciding in the plugin'), undefined);
-    await daemon.waitForLog((e) => e.msg === 'sidecar capture programmed' && e.pod === 'default/ratings-3');
-    assert.equal(await netnsRuleset(net.pod.path), agentRules);
+    it('a plain pod passes through (ambient enabled too, its namespace is not selected)', async (t) => {
+      const net = createPodNetworkFixture(t);
+      for (const [containerId, extra] of [
+        ['c4', {}],
+        ['c5', AMBIENT_CONF],
+      ] as const) {
+        const res = await rig.exec('ADD', plainPod('default', 'plain-0'), attachmentOf(net, containerId), extra);
+        assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+        assert.equal(findLog(res.stderr, 'pod handled in degraded mode')?.action, 'skipped', res.stderr);
+        const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
+        assert.deepEqual(
+          out.ips?.map((ip) => ip.address),
+          [`${net.pod.ipv4}/24`],
+        );
+      }
+      assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
+    });
+
+    it('a rejected token is reported as Unauthorized (code 11), not as a generic failure', async (t) => {
+      const net = createPodNetworkFixture(t);
+      const token = rig.api.token;
+      rig.api.setToken('rotated-token');
+      try {
+        const res = await rig.exec('ADD', sidecarPod('default', 'ratings-2'), attachmentOf(net, 'c6'));
+        assert.equal(res.code, 1, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+        const err = cniError(res.stdout);
+        assert.equal(err.code, 11);
+        assert.match(err.msg, /Unauthorized/);
+      } finally {
+        rig.api.setToken(token);
+      }
+      assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
+    });
+
+    it('the daemon starts again and hand-off resumes', async (t) => {
+      const daemon = await rig.restartDaemon();
+      const net = createPodNetworkFixture(t);
+      const res = await rig.exec('ADD', sidecarPod('default', 'ratings-3'), attachmentOf(net, 'c7'));
+      assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+      assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
+      assert.equal(findLog(res.stderr, 'istio-cni node agent unreachable; deciding in the plugin'), undefined);
+      await daemon.waitForLog((e) => e.msg === 'sidecar capture programmed' && e.pod === 'default/ratings-3');
+      assert.equal(await netnsRuleset(net.pod.path), agentRules);
+    });
   });
-});

@@ -40,7 +40,11 @@ describe('node agent hand-off (plugin exec → agent → rules in the pod netns)
     const res = await rig.exec('ADD', pod, attachment);
     assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
     const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
-    assert.deepEqual(out.ips?.map((ip) => ip.address), [`${net.pod.ipv4}/24`], 'prevResult passed through');
+    assert.deepEqual(
+      out.ips?.map((ip) => ip.address),
+      [`${net.pod.ipv4}/24`],
+      'prevResult passed through',
+    );
     const handled = findLog(res.stderr, 'pod handled by agent');
     assert.equal(handled?.verdict, 'redirected', res.stderr);
     await rig.daemon.waitForLog((e) => e.msg === 'sidecar capture programmed' && e.pod === 'default/reviews-v1-0');
@@ -80,7 +84,10 @@ describe('node agent hand-off (plugin exec → agent → rules in the pod netns)
     const res = await rig.exec('ADD', plainPod('default', 'plain-0'), attachmentOf(net, 'c0ffee02'));
     assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
     const out = JSON.parse(res.stdout) as { ips?: { address: string }[] };
-    assert.deepEqual(out.ips?.map((ip) => ip.address), [`${net.pod.ipv4}/24`]);
+    assert.deepEqual(
+      out.ips?.map((ip) => ip.address),
+      [`${net.pod.ipv4}/24`],
+    );
     assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'skipped', res.stderr);
     const rules = await netnsRuleset(net.pod.path);
     assert.doesNotMatch(rules, ANY_ISTIO_STATE, `no ISTIO chains in the plain pod's netns:\n${rules}`);

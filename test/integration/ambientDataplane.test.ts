@@ -34,11 +34,7 @@ const config = ambientConfigFromOptions({ enableIPv6: true, redirectDns: true })
 const uidA = '863b91d4-4b68-4efa-917f-4b560e3e86aa';
 const uidB = 'aaaabbbb-cccc-dddd-eeee-ffff00001111';
 
-const backends = [
-  { name: 'iptables-nft', force: 'nft' },
-  { name: 'iptables-legacy', force: 'legacy' },
-  { name: 'nft' },
-] as const;
+const backends = [{ name: 'iptables-nft', force: 'nft' }, { name: 'iptables-legacy', force: 'legacy' }, { name: 'nft' }] as const;
 
 async function ruleBackend(runner: CommandRunner, b: (typeof backends)[number]): Promise<AmbientRuleBackend> {
   if (!('force' in b)) return { kind: 'nft' };
@@ -76,14 +72,20 @@ async function waitForNetns(pid: number, inode: number): Promise<void> {
   throw new Error(`process ${pid} never entered netns ${inode}`);
 }
 
-test('a process in a real pod netns is found by the procfs scan and owns it only by the pod IP', { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+test('a process in a real pod netns is found by the procfs scan and owns it only by the pod IP', {
+  skip: notRootSkip,
+  timeout: 60_000,
+}, async (t) => {
   const fixture = createPodNetworkFixture(t);
   const podInode = statSync(fixture.pod.path).ino;
   const sleeper = sleeperIn(t, fixture.pod.name);
   const pid = sleeper.pid ?? 0;
   await waitForNetns(pid, podInode);
   const runner = createExecCommandRunner();
-  const finder = await createPodNetnsProcFinder({ procFs: procFsWithFakeCgroup(pid, uidA), checkOwnership: createNetnsOwnershipCheck(runner) });
+  const finder = await createPodNetnsProcFinder({
+    procFs: procFsWithFakeCgroup(pid, uidA),
+    checkOwnership: createNetnsOwnershipCheck(runner),
+  });
   const pod = (ips: string[]) => new Map([[uidA, { uid: uidA, name: 'a', namespace: 'ns', serviceAccount: 'sa', ips }]]);
 
   const found = await finder.findNetnsForPods(pod([fixture.pod.ipv4]));
@@ -99,7 +101,10 @@ test('a process in a real pod netns is found by the procfs scan and owns it only
 
   const sleeper2 = sleeperIn(t, fixture.pod.name);
   await waitForNetns(sleeper2.pid ?? 0, podInode);
-  const finder2 = await createPodNetnsProcFinder({ procFs: procFsWithFakeCgroup(sleeper2.pid ?? 0, uidA), checkOwnership: createNetnsOwnershipCheck(runner) });
+  const finder2 = await createPodNetnsProcFinder({
+    procFs: procFsWithFakeCgroup(sleeper2.pid ?? 0, uidA),
+    checkOwnership: createNetnsOwnershipCheck(runner),
+  });
   assert.equal((await finder2.findNetnsForPods(pod(['10.99.0.77']))).size, 0, 'a wrong IP is refused');
   const byV6 = await finder2.findNetnsForPods(pod([fixture.pod.ipv6]));
   for (const f of byV6.values()) f.netns.close();
@@ -108,7 +113,9 @@ test('a process in a real pod netns is found by the procfs scan and owns it only
 
 test('the host netns is never handed out even when a host process claims a pod cgroup', { skip: notRootSkip }, async () => {
   const finder = await createPodNetnsProcFinder({ procFs: procFsWithFakeCgroup(process.pid, uidA), checkOwnership: async () => true });
-  const found = await finder.findNetnsForPods(new Map([[uidA, { uid: uidA, name: 'a', namespace: 'ns', serviceAccount: 'sa', ips: ['127.0.0.1'] }]]));
+  const found = await finder.findNetnsForPods(
+    new Map([[uidA, { uid: uidA, name: 'a', namespace: 'ns', serviceAccount: 'sa', ips: ['127.0.0.1'] }]]),
+  );
   assert.equal(found.size, 0);
 });
 
@@ -136,13 +143,20 @@ async function ambientState(runner: CommandRunner, netns: string): Promise<strin
   parts.push(...tables.split('\n').filter((l) => l.includes('istio')));
   for (const family of ['-4', '-6']) {
     parts.push((await runner.run(['ip', family, 'rule', 'list', 'fwmark', '0x111/0xfff'], { netns })).stdout.trim());
-    parts.push((await runner.run(['ip', family, 'route', 'show', 'table', '100', 'type', 'local'], { netns }).catch(() => ({ stdout: '' }))).stdout.trim());
+    parts.push(
+      (
+        await runner.run(['ip', family, 'route', 'show', 'table', '100', 'type', 'local'], { netns }).catch(() => ({ stdout: '' }))
+      ).stdout.trim(),
+    );
   }
   return parts.filter((p) => p !== '').join('\n');
 }
 
 for (const b of backends) {
-  test(`[${b.name}] in-pod rules: apply, verify, re-apply unchanged, delete leaves nothing behind`, { skip: notRootSkip, timeout: 90_000 }, async (t) => {
+  test(`[${b.name}] in-pod rules: apply, verify, re-apply unchanged, delete leaves nothing behind`, {
+    skip: notRootSkip,
+    timeout: 90_000,
+  }, async (t) => {
     const runner = createExecCommandRunner();
     const deps = { runner, openScratchNetns: createScratchNetnsOpener() };
     const backend = await ruleBackend(runner, b);
@@ -175,7 +189,10 @@ for (const b of backends) {
 }
 
 for (const kind of ['ipset', 'nft'] as const) {
-  test(`[${kind}] probe sets: upsert by UID, removal only for the owning UID, start-up sync, destroy`, { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+  test(`[${kind}] probe sets: upsert by UID, removal only for the owning UID, start-up sync, destroy`, {
+    skip: notRootSkip,
+    timeout: 60_000,
+  }, async (t) => {
     const host = addNetns('amb-host');
     t.after(() => host.remove());
     const runner = createExecCommandRunner();
@@ -190,7 +207,10 @@ for (const kind of ['ipset', 'nft'] as const) {
     assert.deepEqual(await byIp(), { '10.0.0.5': uidB, 'fd00::5': uidA });
     const removal = await sets.removePod(uidA, ['10.0.0.5', 'fd00::5']);
     assert.deepEqual(removal.removed, ['fd00::5']);
-    assert.deepEqual(removal.keptForOtherPods.map((e) => e.uid), [uidB]);
+    assert.deepEqual(
+      removal.keptForOtherPods.map((e) => e.uid),
+      [uidB],
+    );
     assert.deepEqual(await byIp(), { '10.0.0.5': uidB });
 
     await sets.addPod('stale-pod', ['10.0.0.99']);
@@ -202,7 +222,10 @@ for (const kind of ['ipset', 'nft'] as const) {
     assert.deepEqual(await sets.list(), []);
     await sets.destroy();
     await sets.destroy();
-    const leftovers = kind === 'ipset' ? (await runner.run(['ipset', 'list', '-n'], { netns: host.path })).stdout : (await runner.run(['nft', 'list', 'tables'], { netns: host.path })).stdout;
+    const leftovers =
+      kind === 'ipset'
+        ? (await runner.run(['ipset', 'list', '-n'], { netns: host.path })).stdout
+        : (await runner.run(['nft', 'list', 'tables'], { netns: host.path })).stdout;
     assert.equal(leftovers.trim(), '');
   });
 }
@@ -214,7 +237,10 @@ for (const b of backends) {
     const runner = createExecCommandRunner();
     const deps = { runner, openScratchNetns: createScratchNetnsOpener() };
     const backend = await ruleBackend(runner, b);
-    const sets = backend.kind === 'nft' ? createNftProbeSets({ runner, config, netns: host.path }) : createIpsetProbeSets({ runner, config, netns: host.path });
+    const sets =
+      backend.kind === 'nft'
+        ? createNftProbeSets({ runner, config, netns: host.path })
+        : createIpsetProbeSets({ runner, config, netns: host.path });
     await sets.create();
     await sets.addPod(uidA, ['10.0.0.5']);
     const options = { config, backend, hostNetns: host.path, kubeletUid: 0 };
@@ -228,7 +254,11 @@ for (const b of backends) {
     assert.notDeepEqual(await verifyAmbientHostRules(deps, options), []);
     if (backend.kind === 'iptables') assert.equal(await ambientState(runner, host.path), '');
     else assert.doesNotMatch((await runner.run(['nft', 'list', 'ruleset'], { netns: host.path })).stdout, /snat/);
-    assert.deepEqual((await sets.list()).map((e) => e.uid), [uidA], 'the probe sets survive a rule delete');
+    assert.deepEqual(
+      (await sets.list()).map((e) => e.uid),
+      [uidA],
+      'the probe sets survive a rule delete',
+    );
     await sets.destroy();
   });
 }

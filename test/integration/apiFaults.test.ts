@@ -42,128 +42,135 @@ function cniCode(res: ExecResult): number {
   }
 }
 
-for (const variant of variants) describe(`API faults under a sidecar burst [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
-  let rig: AgentRig;
-  const created: PodNetns[] = [];
-  let round = 0;
+for (const variant of variants)
+  describe(`API faults under a sidecar burst [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
+    let rig: AgentRig;
+    const created: PodNetns[] = [];
+    let round = 0;
 
-  before(async () => {
-    rig = await startAgentRig(variant.env, { viaFaultProxy: true });
-    rig.api.upsertNamespace(namespaceObject('faults'));
-  });
-  after(async () => {
-    for (const ns of created) ns.remove();
-    await rig?.close();
-  });
-
-  /**
-   * ADDs every pod at once, each created in the API as its ADD starts while watch events are held
-   * back (so the daemon has not seen them and reads each one directly), then retries the 11s like
-   * kubelet does.
-   */
-  async function burst(t: TestContext, during?: () => Promise<void>): Promise<{ first: number[]; retried: number }> {
-    round++;
-    const proxy = rig.proxy!;
-    const before = structuredClone(proxy.counts);
-    // Fresh netns each round, so the rules found afterwards are this round's.
-    const namespaces = Array.from({ length: PODS }, (_, i) => addPodNetns(`faults${round}`, i));
-    created.push(...namespaces);
-    const pods = namespaces.map((_, i) => sidecarPod('faults', `r${round}-${i}`));
-    const add = (i: number) => {
-      const ns = namespaces[i] as PodNetns;
-      return rig.exec('ADD', pods[i]!, { netns: ns.path, containerId: `r${round}c${i}`, address: ns.address, gateway: ns.gateway });
-    };
-    proxy.holdWatches(true);
-    let results: ExecResult[];
-    try {
-      [results] = await Promise.all([
-        Promise.all(
-          pods.map((pod, i) => {
-            rig.api.upsertPod(pod);
-            return add(i);
-          }),
-        ),
-        during?.(),
-      ]);
-    } finally {
-      proxy.holdWatches(false);
-    }
-    const first = results.map(cniCode);
-    const bad = results.flatMap((r, i) => (cniCode(r) === 0 || cniCode(r) === TRY_AGAIN ? [] : [`${pods[i]!.metadata.name}: ${r.code} ${r.stdout} ${r.stderr.slice(-400)}`]));
-    assert.deepEqual(bad, [], 'every ADD ends 0 or 11');
-    let retried = 0;
-    for (let i = 0; i < PODS; i++) {
-      let code = first[i];
-      for (let n = 0; code === TRY_AGAIN && n < KUBELET_RETRIES; n++) {
-        retried++;
-        await new Promise((r) => setTimeout(r, 200));
-        const res = await add(i);
-        code = cniCode(res);
-        assert.ok(code === 0 || code === TRY_AGAIN, `retry of ${i}: ${res.stdout}`);
-      }
-      assert.equal(code, 0, `pod ${i} captured after kubelet-style retries`);
-    }
-    for (const ns of namespaces) {
-      const rules = await netnsRuleset(ns.path);
-      assert.match(rules, CAPTURE_CHAIN, `${ns.name} holds the capture rules`);
-      assert.deepEqual(duplicates(await iptablesRuleLines(ns.path)), [], `no duplicate rules in ${ns.name}`);
-      assert.deepEqual(duplicates(nftRuleLines(rules)), [], `no duplicate nft rules in ${ns.name}`);
-    }
-    const c = proxy.counts;
-    const delta = (k: 'reset' | 'resetAfterForward' | 'tooMany' | 'unavailable' | 'closedOnReuse' | 'restarts') => c[k] - before[k];
-    const byMethod = (m: string) => `${faultsOn(c, m) - faultsOn(before, m)}/${(c.byMethod[m] ?? 0) - (before.byMethod[m] ?? 0)}`;
-    t.diagnostic(
-      `first answers: ${first.filter((x) => x === 0).length} ok, ${first.filter((x) => x === TRY_AGAIN).length} try-again; ${retried} retries; ` +
-        `faults: ${delta('reset')} reset, ${delta('resetAfterForward')} reset after forward, ${delta('tooMany')} 429, ${delta('unavailable')} 503, ` +
-        `${delta('closedOnReuse')} closed on reuse, ${delta('restarts')} restarts; faulted/requests GET ${byMethod('GET')}`,
-    );
-    return { first, retried };
-  }
-
-  it('idle connections closed by the server at the moment of reuse: every ADD succeeds at once', async (t) => {
-    const closed = rig.proxy!.counts.closedOnReuse;
-    rig.proxy!.closeIdleOnReuse(true);
-    try {
-      const { first } = await burst(t);
-      assert.deepEqual(first.filter((c) => c !== 0), [], 'no ADD needed a retry');
-    } finally {
-      rig.proxy!.closeIdleOnReuse(false);
-    }
-    assert.ok(rig.proxy!.counts.closedOnReuse > closed, 'connections were closed on reuse');
-  });
-
-  it('10 % resets, 5 % 429 with Retry-After, 5 % 503: every ADD ends 0 or 11, then all captured once', async (t) => {
-    const before = structuredClone(rig.proxy!.counts);
-    rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
-    try {
-      await burst(t);
-    } finally {
-      rig.proxy!.setRates({});
-    }
-    const c = rig.proxy!.counts;
-    assert.ok(injected(c) > injected(before), 'faults were injected');
-    assert.ok(faultsOn(c, 'GET') > faultsOn(before, 'GET'), `faults hit the daemon's direct pod reads: ${JSON.stringify(c)}`);
-  });
-
-  it('the API server restarts mid-burst: every ADD ends 0 or 11, then all captured once', async (t) => {
-    const restarts = rig.proxy!.counts.restarts;
-    await burst(t, async () => {
-      await rig.proxy!.whenRequests('GET', 20, 60_000);
-      await rig.proxy!.restart(1500);
+    before(async () => {
+      rig = await startAgentRig(variant.env, { viaFaultProxy: true });
+      rig.api.upsertNamespace(namespaceObject('faults'));
     });
-    assert.equal(rig.proxy!.counts.restarts, restarts + 1);
-  });
+    after(async () => {
+      for (const ns of created) ns.remove();
+      await rig?.close();
+    });
 
-  it('degraded mode (agent down) reads pods through the same faults: every ADD ends 0 or 11, then all captured once', async (t) => {
-    await rig.daemon.stop('SIGKILL');
-    const before = structuredClone(rig.proxy!.counts);
-    rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
-    try {
-      await burst(t);
-    } finally {
-      rig.proxy!.setRates({});
+    /**
+     * ADDs every pod at once, each created in the API as its ADD starts while watch events are held
+     * back (so the daemon has not seen them and reads each one directly), then retries the 11s like
+     * kubelet does.
+     */
+    async function burst(t: TestContext, during?: () => Promise<void>): Promise<{ first: number[]; retried: number }> {
+      round++;
+      const proxy = rig.proxy!;
+      const before = structuredClone(proxy.counts);
+      // Fresh netns each round, so the rules found afterwards are this round's.
+      const namespaces = Array.from({ length: PODS }, (_, i) => addPodNetns(`faults${round}`, i));
+      created.push(...namespaces);
+      const pods = namespaces.map((_, i) => sidecarPod('faults', `r${round}-${i}`));
+      const add = (i: number) => {
+        const ns = namespaces[i] as PodNetns;
+        return rig.exec('ADD', pods[i]!, { netns: ns.path, containerId: `r${round}c${i}`, address: ns.address, gateway: ns.gateway });
+      };
+      proxy.holdWatches(true);
+      let results: ExecResult[];
+      try {
+        [results] = await Promise.all([
+          Promise.all(
+            pods.map((pod, i) => {
+              rig.api.upsertPod(pod);
+              return add(i);
+            }),
+          ),
+          during?.(),
+        ]);
+      } finally {
+        proxy.holdWatches(false);
+      }
+      const first = results.map(cniCode);
+      const bad = results.flatMap((r, i) =>
+        cniCode(r) === 0 || cniCode(r) === TRY_AGAIN ? [] : [`${pods[i]!.metadata.name}: ${r.code} ${r.stdout} ${r.stderr.slice(-400)}`],
+      );
+      assert.deepEqual(bad, [], 'every ADD ends 0 or 11');
+      let retried = 0;
+      for (let i = 0; i < PODS; i++) {
+        let code = first[i];
+        for (let n = 0; code === TRY_AGAIN && n < KUBELET_RETRIES; n++) {
+          retried++;
+          await new Promise((r) => setTimeout(r, 200));
+          const res = await add(i);
+          code = cniCode(res);
+          assert.ok(code === 0 || code === TRY_AGAIN, `retry of ${i}: ${res.stdout}`);
+        }
+        assert.equal(code, 0, `pod ${i} captured after kubelet-style retries`);
+      }
+      for (const ns of namespaces) {
+        const rules = await netnsRuleset(ns.path);
+        assert.match(rules, CAPTURE_CHAIN, `${ns.name} holds the capture rules`);
+        assert.deepEqual(duplicates(await iptablesRuleLines(ns.path)), [], `no duplicate rules in ${ns.name}`);
+        assert.deepEqual(duplicates(nftRuleLines(rules)), [], `no duplicate nft rules in ${ns.name}`);
+      }
+      const c = proxy.counts;
+      const delta = (k: 'reset' | 'resetAfterForward' | 'tooMany' | 'unavailable' | 'closedOnReuse' | 'restarts') => c[k] - before[k];
+      const byMethod = (m: string) => `${faultsOn(c, m) - faultsOn(before, m)}/${(c.byMethod[m] ?? 0) - (before.byMethod[m] ?? 0)}`;
+      t.diagnostic(
+        `first answers: ${first.filter((x) => x === 0).length} ok, ${first.filter((x) => x === TRY_AGAIN).length} try-again; ${retried} retries; ` +
+          `faults: ${delta('reset')} reset, ${delta('resetAfterForward')} reset after forward, ${delta('tooMany')} 429, ${delta('unavailable')} 503, ` +
+          `${delta('closedOnReuse')} closed on reuse, ${delta('restarts')} restarts; faulted/requests GET ${byMethod('GET')}`,
+      );
+      return { first, retried };
     }
-    const c = rig.proxy!.counts;
-    assert.ok(faultsOn(c, 'GET') > faultsOn(before, 'GET'), `faults hit the plugin's pod reads: ${JSON.stringify(c)}`);
+
+    it('idle connections closed by the server at the moment of reuse: every ADD succeeds at once', async (t) => {
+      const closed = rig.proxy!.counts.closedOnReuse;
+      rig.proxy!.closeIdleOnReuse(true);
+      try {
+        const { first } = await burst(t);
+        assert.deepEqual(
+          first.filter((c) => c !== 0),
+          [],
+          'no ADD needed a retry',
+        );
+      } finally {
+        rig.proxy!.closeIdleOnReuse(false);
+      }
+      assert.ok(rig.proxy!.counts.closedOnReuse > closed, 'connections were closed on reuse');
+    });
+
+    it('10 % resets, 5 % 429 with Retry-After, 5 % 503: every ADD ends 0 or 11, then all captured once', async (t) => {
+      const before = structuredClone(rig.proxy!.counts);
+      rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
+      try {
+        await burst(t);
+      } finally {
+        rig.proxy!.setRates({});
+      }
+      const c = rig.proxy!.counts;
+      assert.ok(injected(c) > injected(before), 'faults were injected');
+      assert.ok(faultsOn(c, 'GET') > faultsOn(before, 'GET'), `faults hit the daemon's direct pod reads: ${JSON.stringify(c)}`);
+    });
+
+    it('the API server restarts mid-burst: every ADD ends 0 or 11, then all captured once', async (t) => {
+      const restarts = rig.proxy!.counts.restarts;
+      await burst(t, async () => {
+        await rig.proxy!.whenRequests('GET', 20, 60_000);
+        await rig.proxy!.restart(1500);
+      });
+      assert.equal(rig.proxy!.counts.restarts, restarts + 1);
+    });
+
+    it('degraded mode (agent down) reads pods through the same faults: every ADD ends 0 or 11, then all captured once', async (t) => {
+      await rig.daemon.stop('SIGKILL');
+      const before = structuredClone(rig.proxy!.counts);
+      rig.proxy!.setRates({ reset: 0.05, resetAfterForward: 0.05, tooMany: 0.05, unavailable: 0.05 });
+      try {
+        await burst(t);
+      } finally {
+        rig.proxy!.setRates({});
+      }
+      const c = rig.proxy!.counts;
+      assert.ok(faultsOn(c, 'GET') > faultsOn(before, 'GET'), `faults hit the plugin's pod reads: ${JSON.stringify(c)}`);
+    });
   });
-});

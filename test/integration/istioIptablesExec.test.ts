@@ -3,7 +3,13 @@ import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { test } from 'node:test';
-import { dryRunDocuments, goldenRestoreText, readIptablesGolden, readNftGolden, trimmed } from '../../packages/install-cni/test/istioIptablesHarness.ts';
+import {
+  dryRunDocuments,
+  goldenRestoreText,
+  readIptablesGolden,
+  readNftGolden,
+  trimmed,
+} from '../../packages/install-cni/test/istioIptablesHarness.ts';
 
 /** The bundled executable (`node scripts/build.ts install-cni`), run as a process. */
 const EXECUTABLE = resolve(import.meta.dirname, '../../dist/install-cni');

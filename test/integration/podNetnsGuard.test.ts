@@ -115,7 +115,13 @@ test('the guard for real: node netns by every path, own netns, non-network names
   handle.close();
 
   const refused = (path: string, reason: RegExp) =>
-    assert.throws(() => guard.openCniNetns(path), (err: unknown) => err instanceof PodNetnsRefusedError && err.message.startsWith(`refusing network namespace ${JSON.stringify(path)}`) && reason.test(err.message));
+    assert.throws(
+      () => guard.openCniNetns(path),
+      (err: unknown) =>
+        err instanceof PodNetnsRefusedError &&
+        err.message.startsWith(`refusing network namespace ${JSON.stringify(path)}`) &&
+        reason.test(err.message),
+    );
   const nodeNetns = /it is the node's own network namespace$/;
   refused(node.path, nodeNetns);
   refused(join(hostProc, '1/ns/net'), nodeNetns);
@@ -137,7 +143,10 @@ test('the guard for real: node netns by every path, own netns, non-network names
 
   // With the real /proc as the host's: our own netns is the node's (or stands in for it).
   const real = createPodNetnsGuard({ hostProcDir: '/proc' });
-  assert.throws(() => real.openCniNetns('/proc/1/ns/net'), (err: unknown) => err instanceof PodNetnsRefusedError && HOST_REASON.test(err.message));
+  assert.throws(
+    () => real.openCniNetns('/proc/1/ns/net'),
+    (err: unknown) => err instanceof PodNetnsRefusedError && HOST_REASON.test(err.message),
+  );
   assert.throws(() => real.openCniNetns(TEST_NETNS), HOST_REASON);
   real.openCniNetns(node.path).close();
 });
@@ -158,97 +167,114 @@ function hostPaths(t: TestContext, daemonPid: number): [string, string, RegExp][
   ];
 }
 
-for (const backend of backends) describe(`sidecar ADD into the node netns is refused: agent, then degraded mode [${backend.name}]`, { skip: notRootSkip, timeout: 240_000 }, () => {
-  let rig: AgentRig;
-  let podIndex = 0;
+for (const backend of backends)
+  describe(`sidecar ADD into the node netns is refused: agent, then degraded mode [${backend.name}]`, {
+    skip: notRootSkip,
+    timeout: 240_000,
+  }, () => {
+    let rig: AgentRig;
+    let podIndex = 0;
 
-  before(async () => {
-    rig = await startAgentRig({ HOST_PROC_DIR: '/proc', ...backend.env });
-    rig.api.upsertNamespace(namespaceObject('default'));
-    for (let i = 0; i < 40; i++) rig.api.upsertPod(sidecarPod('default', `web-${i}`));
+    before(async () => {
+      rig = await startAgentRig({ HOST_PROC_DIR: '/proc', ...backend.env });
+      rig.api.upsertNamespace(namespaceObject('default'));
+      for (let i = 0; i < 40; i++) rig.api.upsertPod(sidecarPod('default', `web-${i}`));
+    });
+    after(async () => {
+      await rig?.close();
+    });
+
+    /** The plugin as libcni runs it, with CNI_NETNS_OVERRIDE so the skel's own-netns check does not answer first. */
+    const add = (netns: string): Promise<ExecResult> => {
+      const pod = sidecarPod('default', `web-${podIndex++}`);
+      const attachment: PodAttachment = { netns, containerId: `c${podIndex}`, address: '10.99.0.2/24', gateway: '10.99.0.1' };
+      const conf = rig.pluginConf(attachment, { plugin_log_level: 'debug' });
+      return execPlugin(PLUGIN, { ...cniEnv('ADD', pod, attachment), CNI_NETNS_OVERRIDE: '1' }, JSON.stringify(conf), {
+        timeoutMs: 60_000,
+      });
+    };
+
+    const refusedCases = async (t: TestContext, degraded: boolean) => {
+      const pid = degraded ? process.pid : (rig.daemon.child.pid as number);
+      const cases = [...hostPaths(t, pid), ...notNetnsPaths(t, pid)];
+      for (const [what, netns, reason] of cases) {
+        const before = await netnsState(TEST_NETNS);
+        const res = await add(netns);
+        assertRefused(res, netns, reason);
+        if (degraded) assert.match(res.stderr, /deciding in the plugin/, what);
+        else assert.doesNotMatch(res.stderr, /deciding in the plugin/, what);
+        assert.equal(await netnsState(TEST_NETNS), before, `${what}: the node's netfilter state and ipsets changed`);
+      }
+    };
+
+    it('the agent refuses each with code 8 naming the netns; nothing runs', async (t) => {
+      await refusedCases(t, false);
+    });
+
+    it('a real pod netns is still programmed by the agent', async (t) => {
+      const net = createPodNetworkFixture(t);
+      const res = await add(net.pod.path);
+      assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+      assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
+    });
+
+    it('with the agent down, degraded mode refuses each the same way', async (t) => {
+      await rig.daemon.stop('SIGKILL');
+      await refusedCases(t, true);
+    });
+
+    it('and degraded mode still programs a real pod netns', async (t) => {
+      const net = createPodNetworkFixture(t);
+      const res = await add(net.pod.path);
+      assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+      assert.match(res.stderr, /deciding in the plugin/);
+      assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
+    });
   });
-  after(async () => {
-    await rig?.close();
-  });
 
-  /** The plugin as libcni runs it, with CNI_NETNS_OVERRIDE so the skel's own-netns check does not answer first. */
-  const add = (netns: string): Promise<ExecResult> => {
-    const pod = sidecarPod('default', `web-${podIndex++}`);
-    const attachment: PodAttachment = { netns, containerId: `c${podIndex}`, address: '10.99.0.2/24', gateway: '10.99.0.1' };
-    const conf = rig.pluginConf(attachment, { plugin_log_level: 'debug' });
-    return execPlugin(PLUGIN, { ...cniEnv('ADD', pod, attachment), CNI_NETNS_OVERRIDE: '1' }, JSON.stringify(conf), { timeoutMs: 60_000 });
-  };
-
-  const refusedCases = async (t: TestContext, degraded: boolean) => {
-    const pid = degraded ? process.pid : (rig.daemon.child.pid as number);
-    const cases = [...hostPaths(t, pid), ...notNetnsPaths(t, pid)];
-    for (const [what, netns, reason] of cases) {
+for (const backend of backends)
+  test(`repair in place never programs the node netns its search returned [${backend.name}]`, { skip: notRootSkip }, async (t) => {
+    const guard = createPodNetnsGuard({ hostProcDir: '/proc' });
+    const capture = createSidecarCaptureManager({
+      runner: createExecCommandRunner(),
+      openScratchNetns: createScratchNetnsOpener(),
+      netnsGuard: guard,
+      nativeNftables: backend.name === 'nft',
+      env: captureEnvironmentFrom({}),
+      ...('FORCE_IPTABLES_BINARY' in backend.env ? { forceIptablesBinary: backend.env.FORCE_IPTABLES_BINARY } : {}),
+    });
+    const pod = sidecarPod('default', 'broken-0') as unknown as Pod;
+    const broken = { ...pod, status: { podIP: '10.99.0.2' } };
+    const net = createPodNetworkFixture(t);
+    for (const found of [TEST_NETNS, '/proc/self/ns/net', bindMount(t, TEST_NETNS)]) {
+      let handle: NetnsHandle | undefined;
+      const repair = createInPlaceRepairer({
+        findNetns: async () => (handle = openNetnsHandle(found)),
+        checkNetns: (netns) => guard.check(netns),
+        capture,
+      });
       const before = await netnsState(TEST_NETNS);
-      const res = await add(netns);
-      assertRefused(res, netns, reason);
-      if (degraded) assert.match(res.stderr, /deciding in the plugin/, what);
-      else assert.doesNotMatch(res.stderr, /deciding in the plugin/, what);
-      assert.equal(await netnsState(TEST_NETNS), before, `${what}: the node's netfilter state and ipsets changed`);
+      await assert.rejects(
+        repair(broken),
+        (err: unknown) =>
+          err instanceof PodNetnsRefusedError &&
+          err.message.startsWith(`refusing network namespace ${JSON.stringify(found)}`) &&
+          HOST_REASON.test(err.message),
+      );
+      assert.equal(handle?.closed, true, 'the found handle is closed');
+      assert.equal(await netnsState(TEST_NETNS), before, `${found}: the node's state changed`);
+      // The capture itself refuses it too, should a caller skip the check.
+      await assert.rejects(capture.apply(broken, found), PodNetnsRefusedError);
+      assert.equal(await netnsState(TEST_NETNS), before);
     }
-  };
-
-  it('the agent refuses each with code 8 naming the netns; nothing runs', async (t) => {
-    await refusedCases(t, false);
-  });
-
-  it('a real pod netns is still programmed by the agent', async (t) => {
-    const net = createPodNetworkFixture(t);
-    const res = await add(net.pod.path);
-    assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-    assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
-  });
-
-  it('with the agent down, degraded mode refuses each the same way', async (t) => {
-    await rig.daemon.stop('SIGKILL');
-    await refusedCases(t, true);
-  });
-
-  it('and degraded mode still programs a real pod netns', async (t) => {
-    const net = createPodNetworkFixture(t);
-    const res = await add(net.pod.path);
-    assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
-    assert.match(res.stderr, /deciding in the plugin/);
-    assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
-  });
-});
-
-for (const backend of backends) test(`repair in place never programs the node netns its search returned [${backend.name}]`, { skip: notRootSkip }, async (t) => {
-  const guard = createPodNetnsGuard({ hostProcDir: '/proc' });
-  const capture = createSidecarCaptureManager({
-    runner: createExecCommandRunner(),
-    openScratchNetns: createScratchNetnsOpener(),
-    netnsGuard: guard,
-    nativeNftables: backend.name === 'nft',
-    env: captureEnvironmentFrom({}),
-    ...('FORCE_IPTABLES_BINARY' in backend.env ? { forceIptablesBinary: backend.env.FORCE_IPTABLES_BINARY } : {}),
-  });
-  const pod = sidecarPod('default', 'broken-0') as unknown as Pod;
-  const broken = { ...pod, status: { podIP: '10.99.0.2' } };
-  const net = createPodNetworkFixture(t);
-  for (const found of [TEST_NETNS, '/proc/self/ns/net', bindMount(t, TEST_NETNS)]) {
-    let handle: NetnsHandle | undefined;
     const repair = createInPlaceRepairer({
-      findNetns: async () => (handle = openNetnsHandle(found)),
+      findNetns: async () => openNetnsHandle(net.pod.path),
       checkNetns: (netns) => guard.check(netns),
       capture,
     });
-    const before = await netnsState(TEST_NETNS);
-    await assert.rejects(repair(broken), (err: unknown) => err instanceof PodNetnsRefusedError && err.message.startsWith(`refusing network namespace ${JSON.stringify(found)}`) && HOST_REASON.test(err.message));
-    assert.equal(handle?.closed, true, 'the found handle is closed');
-    assert.equal(await netnsState(TEST_NETNS), before, `${found}: the node's state changed`);
-    // The capture itself refuses it too, should a caller skip the check.
-    await assert.rejects(capture.apply(broken, found), PodNetnsRefusedError);
-    assert.equal(await netnsState(TEST_NETNS), before);
-  }
-  const repair = createInPlaceRepairer({ findNetns: async () => openNetnsHandle(net.pod.path), checkNetns: (netns) => guard.check(netns), capture });
-  assert.match(await repair(broken), /dppod-.* \(inode \d+, /);
-  assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
-});
+    assert.match(await repair(broken), /dppod-.* \(inode \d+, /);
+    assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
+  });
 
 const ambientBackends = [
   { name: 'iptables-nft', env: { FORCE_IPTABLES_BINARY: 'nft' } },
@@ -256,46 +282,49 @@ const ambientBackends = [
   { name: 'nft', env: { NATIVE_NFTABLES: 'true' } },
 ] as const;
 
-for (const backend of ambientBackends) describe(`ambient ADD of the node netns is refused [${backend.name}]`, { skip: notRootSkip, timeout: 240_000 }, () => {
-  let kubelet: FakeKubelet | undefined;
-  let node: AmbientNode;
-  let rig: AmbientRig;
-  let podIndex = 0;
-  const NS = 'amb-guard';
+for (const backend of ambientBackends)
+  describe(`ambient ADD of the node netns is refused [${backend.name}]`, { skip: notRootSkip, timeout: 240_000 }, () => {
+    let kubelet: FakeKubelet | undefined;
+    let node: AmbientNode;
+    let rig: AmbientRig;
+    let podIndex = 0;
+    const NS = 'amb-guard';
 
-  before(async () => {
-    if (backend.name === 'nft') kubelet = await startFakeKubelet(4242);
-    node = createAmbientNode();
-    rig = await startAmbientRig(node.netns.path, backend.env);
-    await rig.startDaemon();
-    rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
-    for (let i = 0; i < 12; i++) rig.api.upsertPod(plainPod(NS, `amb-${i}`));
-  });
-  after(async () => {
-    await rig?.close();
-    await node?.remove();
-    await kubelet?.stop();
-  });
+    before(async () => {
+      if (backend.name === 'nft') kubelet = await startFakeKubelet(4242);
+      node = createAmbientNode();
+      rig = await startAmbientRig(node.netns.path, backend.env);
+      await rig.startDaemon();
+      rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
+      for (let i = 0; i < 12; i++) rig.api.upsertPod(plainPod(NS, `amb-${i}`));
+    });
+    after(async () => {
+      await rig?.close();
+      await node?.remove();
+      await kubelet?.stop();
+    });
 
-  it('by /proc/1/ns/net, a bind mount, a ".." path and the daemon\'s own netns: code 8, no rule, no probe-set entry', async (t) => {
-    const daemonPid = rig.daemon.child.pid as number;
-    const nodeName = node.netns.path.split('/').pop() as string;
-    const cases: [string, string, RegExp][] = [
-      ['/proc/1/ns/net', '/proc/1/ns/net', /it cannot be opened|it is the node's own network namespace|istio-cni/],
-      ['the node netns by name', node.netns.path, HOST_REASON],
-      ['a bind mount of the node netns', bindMount(t, node.netns.path), HOST_REASON],
-      ['a ".." path to the node netns', `/var/run/netns/../netns/${nodeName}`, HOST_REASON],
-      ["the daemon's own netns", `/proc/${daemonPid}/ns/net`, HOST_REASON],
-      ...notNetnsPaths(t, daemonPid),
-    ];
-    for (const [what, netns, reason] of cases) {
-      const before = await netnsState(node.netns.path);
-      const pod = plainPod(NS, `amb-${podIndex++}`);
-      const attachment: PodAttachment = { netns, containerId: `a${podIndex}`, address: '10.96.0.2/24', gateway: '10.96.0.1' };
-      const conf = rig.pluginConf(attachment, { plugin_log_level: 'debug' });
-      const res = await execPlugin(PLUGIN, { ...cniEnv('ADD', pod, attachment), CNI_NETNS_OVERRIDE: '1' }, JSON.stringify(conf), { timeoutMs: 60_000 });
-      assertRefused(res, netns, reason);
-      assert.equal(await netnsState(node.netns.path), before, `${what}: the node's netfilter state or probe set changed`);
-    }
+    it('by /proc/1/ns/net, a bind mount, a ".." path and the daemon\'s own netns: code 8, no rule, no probe-set entry', async (t) => {
+      const daemonPid = rig.daemon.child.pid as number;
+      const nodeName = node.netns.path.split('/').pop() as string;
+      const cases: [string, string, RegExp][] = [
+        ['/proc/1/ns/net', '/proc/1/ns/net', /it cannot be opened|it is the node's own network namespace|istio-cni/],
+        ['the node netns by name', node.netns.path, HOST_REASON],
+        ['a bind mount of the node netns', bindMount(t, node.netns.path), HOST_REASON],
+        ['a ".." path to the node netns', `/var/run/netns/../netns/${nodeName}`, HOST_REASON],
+        ["the daemon's own netns", `/proc/${daemonPid}/ns/net`, HOST_REASON],
+        ...notNetnsPaths(t, daemonPid),
+      ];
+      for (const [what, netns, reason] of cases) {
+        const before = await netnsState(node.netns.path);
+        const pod = plainPod(NS, `amb-${podIndex++}`);
+        const attachment: PodAttachment = { netns, containerId: `a${podIndex}`, address: '10.96.0.2/24', gateway: '10.96.0.1' };
+        const conf = rig.pluginConf(attachment, { plugin_log_level: 'debug' });
+        const res = await execPlugin(PLUGIN, { ...cniEnv('ADD', pod, attachment), CNI_NETNS_OVERRIDE: '1' }, JSON.stringify(conf), {
+          timeoutMs: 60_000,
+        });
+        assertRefused(res, netns, reason);
+        assert.equal(await netnsState(node.netns.path), before, `${what}: the node's netfilter state or probe set changed`);
+      }
+    });
   });
-});

@@ -74,7 +74,10 @@ describe('repair controller: delete and label modes', { timeout: 60_000 }, () =>
       [['Warning', 'DeleteBrokenPod', 'pod detected as broken, deleted']],
     );
     assert.ok(rig.api.getPod('default', 'healthy-0'));
-    assert.deepEqual(rig.api.requests.filter((r) => r.startsWith('DELETE')), ['DELETE /api/v1/namespaces/default/pods/broken-1']);
+    assert.deepEqual(
+      rig.api.requests.filter((r) => r.startsWith('DELETE')),
+      ['DELETE /api/v1/namespaces/default/pods/broken-1'],
+    );
     const pre = (rig.api.deleteOptions[0] as { preconditions?: Record<string, string> }).preconditions;
     assert.equal(pre?.uid, 'uid-default-broken-1');
     assert.match(pre?.resourceVersion ?? '', /^\d+$/);

@@ -50,9 +50,18 @@ async function snapshot(runner: CommandRunner, backend: IptablesBackend | undefi
   const parts: string[] = [];
   for (const family of ['ipv4', 'ipv6'] as const) {
     const { stdout } = await runner.run([backend.binaries[family].save], { netns });
-    const text = stdout.split('\n').filter((l) => !l.startsWith('#')).map((l) => l.replace(/\[\d+:\d+\]/, '')).join('\n');
+    const text = stdout
+      .split('\n')
+      .filter((l) => !l.startsWith('#'))
+      .map((l) => l.replace(/\[\d+:\d+\]/, ''))
+      .join('\n');
     // Legacy lists tables in the order the netns first loaded them; that order means nothing.
-    parts.push(text.split(/^(?=\*)/m).sort().join(''));
+    parts.push(
+      text
+        .split(/^(?=\*)/m)
+        .sort()
+        .join(''),
+    );
   }
   return parts.join('\n');
 }
@@ -69,25 +78,35 @@ for (const backend of backends) {
     assert.deepEqual(await s.verify(s.pod, configA), []);
   });
 
-  test(`[${backend.name}] a changed config without reconcile fails clearly and changes nothing`, { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+  test(`[${backend.name}] a changed config without reconcile fails clearly and changes nothing`, {
+    skip: notRootSkip,
+    timeout: 60_000,
+  }, async (t) => {
     const s = await setUp(t, backend);
     await s.apply(s.pod, configA);
     const before = await s.snapshot();
     await assert.rejects(s.apply(s.pod, configB), (err: unknown) => {
       assert.ok(err instanceof DataplaneError);
       assert.equal(err.code, 'ERR_DATAPLANE_STATE_CONFLICT');
-      assert.match(err.message, new RegExp(`^failed to apply .* in netns "${s.pod}": it already holds different .*reconcile would replace`));
+      assert.match(
+        err.message,
+        new RegExp(`^failed to apply .* in netns "${s.pod}": it already holds different .*reconcile would replace`),
+      );
       return true;
     });
     assert.equal(await s.snapshot(), before);
     assert.ok((await s.verify(s.pod, configB)).length > 0, 'verify against the new config reports differences');
   });
 
-  test(`[${backend.name}] reconcile converges and removes a foreign ISTIO_TEST chain`, { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+  test(`[${backend.name}] reconcile converges and removes a foreign ISTIO_TEST chain`, {
+    skip: notRootSkip,
+    timeout: 60_000,
+  }, async (t) => {
     const s = await setUp(t, backend);
     await s.apply(s.pod, configA);
     if (s.iptablesBackend === undefined) {
-      const script = 'add chain inet istio-proxy-nat istio-test\nadd rule inet istio-proxy-nat output jump istio-test\nadd table inet istio-proxy-test\n';
+      const script =
+        'add chain inet istio-proxy-nat istio-test\nadd rule inet istio-proxy-nat output jump istio-test\nadd table inet istio-proxy-test\n';
       await s.runner.run(['nft', '-f', '-'], { netns: s.pod, stdin: script });
     } else {
       const iptables = s.iptablesBackend.binaries.ipv4.iptables;
@@ -109,6 +128,9 @@ for (const backend of backends) {
     const s = await setUp(t, backend);
     const differences = await s.verify(s.pod, configA);
     assert.ok(differences.length > 0);
-    assert.match(differences.join('\n'), backend.rules === 'nft' ? /missing table inet istio-proxy-nat/ : /ipv4 nat: missing chain ISTIO_OUTPUT/);
+    assert.match(
+      differences.join('\n'),
+      backend.rules === 'nft' ? /missing table inet istio-proxy-nat/ : /ipv4 nat: missing chain ISTIO_OUTPUT/,
+    );
   });
 }

@@ -19,7 +19,8 @@ for (const backend of backends) {
     test(`[${backend.name} ${mode}] real traffic is captured as configured`, { skip: notRootSkip, timeout: 120_000 }, async (t) => {
       const net = createPodNetworkFixture(t);
       const runner = createExecCommandRunner();
-      const iptablesBackend = backend.rules === 'iptables' ? await detectIptablesBackend(runner, { forceBinary: backend.force }) : undefined;
+      const iptablesBackend =
+        backend.rules === 'iptables' ? await detectIptablesBackend(runner, { forceBinary: backend.force }) : undefined;
       const result = await applySidecarCapture(
         { runner, openScratchNetns: createScratchNetnsOpener() },
         {

@@ -72,7 +72,9 @@ describe('ZDS passes real pod netns fds to ztunnel', { skip: isRoot ? false : 'n
     assert.equal(ztunnel.adds.at(-1)?.inode, statSync(ns.path).ino);
     const received = ztunnel.netnsFd('zds-c');
     assert.ok(received !== undefined);
-    const addrs = execFileSync('nsenter', [`--net=/proc/${process.pid}/fd/${received}`, 'ip', '-o', 'addr', 'show', 'dev', 'lo'], { encoding: 'utf8' });
+    const addrs = execFileSync('nsenter', [`--net=/proc/${process.pid}/fd/${received}`, 'ip', '-o', 'addr', 'show', 'dev', 'lo'], {
+      encoding: 'utf8',
+    });
     assert.match(addrs, /10\.99\.77\.3\//);
     assert.doesNotMatch(addrs, /10\.99\.77\.1\//);
   });

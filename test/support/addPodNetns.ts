@@ -25,12 +25,21 @@ export function addPodNetns(prefix: string, index: number): PodNetns {
   };
   try {
     execFileSync('ip', ['-n', name, '-batch', '-'], {
-      input: ['link set lo up', 'link add eth0 type veth peer name peer0', `addr add ${subnet}.2/24 dev eth0`, 'link set eth0 up', ''].join('\n'),
+      input: ['link set lo up', 'link add eth0 type veth peer name peer0', `addr add ${subnet}.2/24 dev eth0`, 'link set eth0 up', ''].join(
+        '\n',
+      ),
       stdio: ['pipe', 'ignore', 'pipe'],
     });
   } catch (err) {
     remove();
     throw err;
   }
-  return { name, path: `/var/run/netns/${name}`, exec: ['ip', 'netns', 'exec', name], remove, address: `${subnet}.2/24`, gateway: `${subnet}.1` };
+  return {
+    name,
+    path: `/var/run/netns/${name}`,
+    exec: ['ip', 'netns', 'exec', name],
+    remove,
+    address: `${subnet}.2/24`,
+    gateway: `${subnet}.1`,
+  };
 }

@@ -167,7 +167,10 @@ export function createAmbientNode(): AmbientNode {
 }
 
 /** An ambient pod as the API serves it once running (IPs in the status; not labelled itself). */
-export function ambientPodObject(sandbox: Pick<PodSandbox, 'uid' | 'namespace' | 'name' | 'ip'>, labels: Record<string, string> = {}): KubeObject {
+export function ambientPodObject(
+  sandbox: Pick<PodSandbox, 'uid' | 'namespace' | 'name' | 'ip'>,
+  labels: Record<string, string> = {},
+): KubeObject {
   return {
     metadata: { name: sandbox.name, namespace: sandbox.namespace, uid: sandbox.uid, labels: { app: sandbox.name, ...labels } },
     spec: {

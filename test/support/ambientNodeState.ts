@@ -17,7 +17,11 @@ export interface ProbeEntry {
  * Entries of the `istio-inpod-probes-v4` probe set in a netns, as an ipset or (`nft`) in table
  * `inet istio-ambient-nat`; empty when the set does not exist.
  */
-export async function probeSetEntries(netnsPath: string, backend: 'ipset' | 'nft' = 'ipset', set = 'istio-inpod-probes-v4'): Promise<ProbeEntry[]> {
+export async function probeSetEntries(
+  netnsPath: string,
+  backend: 'ipset' | 'nft' = 'ipset',
+  set = 'istio-inpod-probes-v4',
+): Promise<ProbeEntry[]> {
   if (backend === 'nft') return nftSetEntries(netnsPath, set);
   let text: string;
   try {
@@ -71,7 +75,15 @@ export function nftRuleLines(dump: string): string[] {
     const line = raw.trim();
     if (line.startsWith('table ')) table = line;
     else if (line.startsWith('chain ')) chain = line;
-    else if (line !== '}' && !line.startsWith('type ') && !line.startsWith('set ') && !line.startsWith('elements') && !line.startsWith('flags') && line !== '') out.push(`${table} ${chain} ${line}`);
+    else if (
+      line !== '}' &&
+      !line.startsWith('type ') &&
+      !line.startsWith('set ') &&
+      !line.startsWith('elements') &&
+      !line.startsWith('flags') &&
+      line !== ''
+    )
+      out.push(`${table} ${chain} ${line}`);
   }
   return out;
 }

@@ -103,7 +103,11 @@ function spawnNodeDaemon(netnsPath: string, env: Record<string, string>): NodeDa
  * `daemonEnv` overrides daemon settings (e.g. NATIVE_NFTABLES); `viaFaultProxy` puts a
  * fault-injecting proxy (`rig.proxy`) between the daemon and the API. The node netns must exist.
  */
-export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<string, string> = {}, options: { viaFaultProxy?: boolean } = {}): Promise<AmbientRig> {
+export async function startAmbientRig(
+  nodeNetns: string,
+  daemonEnv: Record<string, string> = {},
+  options: { viaFaultProxy?: boolean } = {},
+): Promise<AmbientRig> {
   const root = makeHostRoot();
   const closers: (() => Promise<void> | void)[] = [() => root.remove()];
   const cleanup = async () => {
@@ -194,7 +198,10 @@ export async function startAmbientRig(nodeNetns: string, daemonEnv: Record<strin
         if (!waitReady) return daemon;
         const deadline = Date.now() + 30_000;
         for (;;) {
-          const status = await get('readiness', '/readyz').then((r) => r.status, () => 0);
+          const status = await get('readiness', '/readyz').then(
+            (r) => r.status,
+            () => 0,
+          );
           if (status === 200) return daemon;
           if (Date.now() > deadline || daemon.child.exitCode !== null) {
             throw new Error(`daemon not ready (last /readyz ${status}):\n${daemon.lines.join('\n')}`);

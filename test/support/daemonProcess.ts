@@ -76,7 +76,10 @@ export interface DaemonProcess {
 async function waitForReadyz(port: number, daemon: DaemonProcess, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const status = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) }).then((r) => r.status, () => 0);
+    const status = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) }).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (status === 200) return;
     if (Date.now() > deadline || daemon.child.exitCode !== null) {
       throw new Error(`daemon not ready within ${timeoutMs} ms (last /readyz ${status}):\n${daemon.lines.join('\n')}`);

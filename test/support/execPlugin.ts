@@ -30,11 +30,7 @@ export function execPlugin(
     child.stderr.on('data', (c: Buffer) => err.push(c));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(
-        new Error(
-          `${file} (${cniEnv.CNI_COMMAND}) timed out\nstdout: ${Buffer.concat(out)}\nstderr: ${Buffer.concat(err)}`,
-        ),
-      );
+      reject(new Error(`${file} (${cniEnv.CNI_COMMAND}) timed out\nstdout: ${Buffer.concat(out)}\nstderr: ${Buffer.concat(err)}`));
     }, opts.timeoutMs ?? 20_000);
     child.on('error', reject);
     child.on('close', (code) => {

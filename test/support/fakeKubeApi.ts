@@ -10,7 +10,14 @@ import { writeFileSync } from 'node:fs';
 export interface KubeObject {
   apiVersion?: string;
   kind?: string;
-  metadata: { name: string; namespace?: string; uid?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  metadata: {
+    name: string;
+    namespace?: string;
+    uid?: string;
+    resourceVersion?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
   spec?: Record<string, unknown>;
   status?: Record<string, unknown>;
 }
@@ -119,7 +126,14 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
         const from = Number(url.searchParams.get('resourceVersion') ?? '0');
         if (from > 0 && from < compactedBelow) {
           // What the API server sends when the watch's starting point is no longer in etcd.
-          const status = { kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'too old resource version', reason: 'Expired', code: 410 };
+          const status = {
+            kind: 'Status',
+            apiVersion: 'v1',
+            status: 'Failure',
+            message: 'too old resource version',
+            reason: 'Expired',
+            code: 410,
+          };
           res.end(JSON.stringify({ type: 'ERROR', object: status }) + '\n');
           return;
         }
@@ -133,8 +147,14 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
         req.on('close', () => watchers.delete(w));
         return;
       }
-      const items = kind === 'pods' ? [...pods.values()].filter((p) => nodeName === undefined || nodeOf(p) === nodeName) : [...namespaces.values()];
-      send(res, 200, { kind: kind === 'pods' ? 'PodList' : 'NamespaceList', apiVersion: 'v1', metadata: { resourceVersion: String(rv) }, items });
+      const items =
+        kind === 'pods' ? [...pods.values()].filter((p) => nodeName === undefined || nodeOf(p) === nodeName) : [...namespaces.values()];
+      send(res, 200, {
+        kind: kind === 'pods' ? 'PodList' : 'NamespaceList',
+        apiVersion: 'v1',
+        metadata: { resourceVersion: String(rv) },
+        items,
+      });
       return;
     }
     const podPath = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(url.pathname);
@@ -170,7 +190,10 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       }
       deleteOptions.push(parsed);
       const pre = (parsed as { preconditions?: { uid?: string; resourceVersion?: string } } | undefined)?.preconditions ?? {};
-      if ((pre.uid !== undefined && pre.uid !== pod.metadata.uid) || (pre.resourceVersion !== undefined && pre.resourceVersion !== pod.metadata.resourceVersion)) {
+      if (
+        (pre.uid !== undefined && pre.uid !== pod.metadata.uid) ||
+        (pre.resourceVersion !== undefined && pre.resourceVersion !== pod.metadata.resourceVersion)
+      ) {
         failure(res, 409, 'Conflict', `Operation cannot be fulfilled on pods "${podPath[2]}": the precondition does not match`);
         return;
       }
@@ -190,7 +213,9 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
       let patched: KubeObject;
       try {
         // Strategic merge is treated as a plain merge: good enough for metadata and status maps.
-        patched = (contentType.startsWith('application/json-patch+json') ? jsonPatch(pod, parsed as JsonPatchOp[]) : mergePatch(pod, parsed)) as KubeObject;
+        patched = (
+          contentType.startsWith('application/json-patch+json') ? jsonPatch(pod, parsed as JsonPatchOp[]) : mergePatch(pod, parsed)
+        ) as KubeObject;
       } catch (err) {
         failure(res, 422, 'Invalid', (err as Error).message);
         return;
@@ -344,7 +369,10 @@ type JsonPatchOp = { op: 'test' | 'add' | 'replace'; path: string; value: unknow
 function jsonPatch(target: unknown, ops: JsonPatchOp[]): unknown {
   const doc = JSON.parse(JSON.stringify(target)) as unknown;
   for (const op of ops) {
-    const parts = op.path.split('/').slice(1).map((p) => p.replaceAll('~1', '/').replaceAll('~0', '~'));
+    const parts = op.path
+      .split('/')
+      .slice(1)
+      .map((p) => p.replaceAll('~1', '/').replaceAll('~0', '~'));
     const last = parts.pop();
     if (last === undefined) throw new Error(`invalid path ${op.path}`);
     let parent: unknown = doc;

@@ -215,13 +215,14 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   });
-  const listen = (port: number) => new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
+  const listen = (port: number) =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
   await listen(options.port ?? 0);
   const port = (server.address() as AddressInfo).port;
   const dropAll = () => {
@@ -249,7 +250,10 @@ export async function startFaultProxy(upstream: string, options: { seed?: number
       const target = (counts.byMethod[method] ?? 0) + n;
       const deadline = Date.now() + timeoutMs;
       while ((counts.byMethod[method] ?? 0) < target) {
-        if (Date.now() > deadline) throw new Error(`fault proxy: ${n} ${method} requests did not arrive within ${timeoutMs} ms (${JSON.stringify(counts.byMethod)})`);
+        if (Date.now() > deadline)
+          throw new Error(
+            `fault proxy: ${n} ${method} requests did not arrive within ${timeoutMs} ms (${JSON.stringify(counts.byMethod)})`,
+          );
         await new Promise((r) => setTimeout(r, 20));
       }
     },

@@ -18,7 +18,16 @@ export const DEFAULT_ENABLEMENT_SELECTORS = [
 const SIDECAR_STATUS = JSON.stringify({
   initContainers: ['istio-validation'],
   containers: ['istio-proxy'],
-  volumes: ['workload-socket', 'credential-socket', 'workload-certs', 'istio-envoy', 'istio-data', 'istio-podinfo', 'istio-token', 'istiod-ca-cert'],
+  volumes: [
+    'workload-socket',
+    'credential-socket',
+    'workload-certs',
+    'istio-envoy',
+    'istio-data',
+    'istio-podinfo',
+    'istio-token',
+    'istiod-ca-cert',
+  ],
   imagePullSecrets: null,
   revision: 'default',
 });
@@ -62,7 +71,28 @@ export function sidecarPod(namespace: string, name: string, nodeName = TEST_NODE
         {
           name: 'istio-validation',
           image: 'docker.io/istio/proxyv2:1.24.0',
-          args: ['istio-iptables', '-p', '15001', '-z', '15006', '-u', '1337', '-m', 'REDIRECT', '-i', '*', '-x', '', '-b', '*', '-d', '15090,15021,15020', '--log_output_level=default:info', '--run-validation', '--skip-rule-apply'],
+          args: [
+            'istio-iptables',
+            '-p',
+            '15001',
+            '-z',
+            '15006',
+            '-u',
+            '1337',
+            '-m',
+            'REDIRECT',
+            '-i',
+            '*',
+            '-x',
+            '',
+            '-b',
+            '*',
+            '-d',
+            '15090,15021,15020',
+            '--log_output_level=default:info',
+            '--run-validation',
+            '--skip-rule-apply',
+          ],
           securityContext: { runAsUser: 1337, runAsGroup: 1337, runAsNonRoot: true, capabilities: { drop: ['ALL'] } },
         },
       ],
@@ -71,7 +101,15 @@ export function sidecarPod(namespace: string, name: string, nodeName = TEST_NODE
         {
           name: 'istio-proxy',
           image: 'docker.io/istio/proxyv2:1.24.0',
-          args: ['proxy', 'sidecar', '--domain', `${namespace}.svc.cluster.local`, '--proxyLogLevel=warning', '--proxyComponentLogLevel=misc:error', '--log_output_level=default:info'],
+          args: [
+            'proxy',
+            'sidecar',
+            '--domain',
+            `${namespace}.svc.cluster.local`,
+            '--proxyLogLevel=warning',
+            '--proxyComponentLogLevel=misc:error',
+            '--log_output_level=default:info',
+          ],
           env: [
             { name: 'PILOT_CERT_PROVIDER', value: 'istiod' },
             { name: 'CA_ADDR', value: 'istiod.istio-system.svc:15012' },
@@ -97,5 +135,9 @@ export function plainPod(namespace: string, name: string, nodeName = TEST_NODE):
 }
 
 export function namespaceObject(name: string, labels: Record<string, string> = {}): KubeObject {
-  return { metadata: { name, labels: { 'kubernetes.io/metadata.name': name, ...labels } }, spec: { finalizers: ['kubernetes'] }, status: { phase: 'Active' } };
+  return {
+    metadata: { name, labels: { 'kubernetes.io/metadata.name': name, ...labels } },
+    spec: { finalizers: ['kubernetes'] },
+    status: { phase: 'Active' },
+  };
 }

@@ -35,7 +35,10 @@ export async function scriptedKubeApi(
     server.close();
   });
   const url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  const client = createKubeClient({ server: url, insecureSkipTlsVerify: false, token: () => 'tok', invalidateToken: () => {} }, clientOptions);
+  const client = createKubeClient(
+    { server: url, insecureSkipTlsVerify: false, token: () => 'tok', invalidateToken: () => {} },
+    clientOptions,
+  );
   return { seen, client, url };
 }
 

@@ -60,7 +60,10 @@ async function listen(req: Extract<WorkerRequest, { op: 'listen' }>): Promise<{ 
 
 function connect(req: Extract<WorkerRequest, { op: 'connect' }>): Promise<LandedAt> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => done(new Error(`no answer from ${req.host} port ${req.port} within ${req.timeoutMs} ms`)), req.timeoutMs);
+    const timer = setTimeout(
+      () => done(new Error(`no answer from ${req.host} port ${req.port} within ${req.timeoutMs} ms`)),
+      req.timeoutMs,
+    );
     let cleanup = () => {};
     const done = (err: Error | undefined, value?: LandedAt) => {
       clearTimeout(timer);

@@ -44,7 +44,11 @@ export interface AgentRig {
  * The netconf libcni would give the plugin from the installed conflist: the istio-cni entry with
  * the list's name and version, and a prevResult holding the attachment's address.
  */
-export function installedPluginConf(netDir: string, attachment: PodAttachment | undefined, extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function installedPluginConf(
+  netDir: string,
+  attachment: PodAttachment | undefined,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
   const conflist = JSON.parse(readFileSync(join(netDir, '10-primary.conflist'), 'utf8')) as {
     cniVersion: string;
     name: string;
@@ -104,7 +108,12 @@ export async function startAgentRig(daemonEnv: Record<string, string> = {}, opti
       daemon: await startDaemon(root, env),
       pluginConf: (attachment, extra = {}) => installedPluginConf(root.netDir, attachment, extra),
       exec(command, pod, attachment, extra) {
-        return execPlugin(PLUGIN, cniEnv(command, pod, attachment), JSON.stringify(rig.pluginConf(attachment, { plugin_log_level: 'debug', ...extra })), { timeoutMs: 60_000 });
+        return execPlugin(
+          PLUGIN,
+          cniEnv(command, pod, attachment),
+          JSON.stringify(rig.pluginConf(attachment, { plugin_log_level: 'debug', ...extra })),
+          { timeoutMs: 60_000 },
+        );
       },
       async restartDaemon() {
         rig.daemon = await startDaemon(root, env);

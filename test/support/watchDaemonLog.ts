@@ -53,7 +53,10 @@ export function watchDaemonLog(child: ChildProcess): DaemonLog {
       const seen = entries.find(match);
       if (seen !== undefined) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`daemon did not log the expected line in ${timeoutMs} ms:\n${lines.join('\n')}`)), timeoutMs);
+        const timer = setTimeout(
+          () => reject(new Error(`daemon did not log the expected line in ${timeoutMs} ms:\n${lines.join('\n')}`)),
+          timeoutMs,
+        );
         waiters.push({
           match,
           resolve: (e) => {

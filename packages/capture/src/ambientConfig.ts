@@ -91,8 +91,7 @@ export function ambientConfigFromOptions(options: AmbientOptions = {}): AmbientC
     redirectDns: options.redirectDns ?? false,
     reconcile: options.reconcile ?? false,
     hostProbeSnatAddress: parseSnatAddress('HOST_PROBE_SNAT_IP', options.hostProbeSnatIp ?? DEFAULT_HOST_PROBE_SNAT_IP, 4),
-    hostProbeV6SnatAddress: parseSnatAddress('HOST_PROBE_SNAT_IPV6',
-      options.hostProbeSnatIpv6 ?? DEFAULT_HOST_PROBE_SNAT_IPV6, 6),
+    hostProbeV6SnatAddress: parseSnatAddress('HOST_PROBE_SNAT_IPV6', options.hostProbeSnatIpv6 ?? DEFAULT_HOST_PROBE_SNAT_IPV6, 6),
   };
 }
 

@@ -45,9 +45,7 @@ export const AMBIENT_POD_NFT_LAYOUT: NftLayout = {
 /** The host table holds the probe SNAT chain (and, separately created, the probe sets). */
 export const AMBIENT_HOST_NFT_LAYOUT: NftLayout = {
   declareJumpTargets: true,
-  tables: [
-    { name: NAT, chains: [{ name: 'postrouting', base: { type: 'nat', hook: 'postrouting', priority: 100 } }] },
-  ],
+  tables: [{ name: NAT, chains: [{ name: 'postrouting', base: { type: 'nat', hook: 'postrouting', priority: 100 } }] }],
 };
 
 /**

@@ -55,10 +55,13 @@ function readBool(annotations: Readonly<Record<string, string>>, name: string, w
  */
 function parseVirtualInterfaces(value: string): string[] {
   if (value.length > MAX_VALUE_LENGTH) {
-    throw new AnnotationError(AMBIENT_ANNOTATION.rerouteVirtualInterfaces, value,
-      `value longer than ${MAX_VALUE_LENGTH} characters`);
+    throw new AnnotationError(AMBIENT_ANNOTATION.rerouteVirtualInterfaces, value, `value longer than ${MAX_VALUE_LENGTH} characters`);
   }
-  const normalised = value.split(',').map((item) => item.trim()).filter((item) => item !== '').join(',');
+  const normalised = value
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item !== '')
+    .join(',');
   try {
     return parseInterfaceList(normalised);
   } catch (err) {
@@ -90,8 +93,11 @@ export function ambientPodOverrides(pod: Pod): AmbientPodOverridesResult {
 /** Whether DNS is captured for this pod: the pod's choice, else the node-wide setting. */
 export function ambientRedirectDns(config: AmbientConfig, overrides: AmbientPodOverrides): boolean {
   switch (overrides.dnsCapture) {
-    case 'enabled': return true;
-    case 'disabled': return false;
-    case 'unset': return config.redirectDns;
+    case 'enabled':
+      return true;
+    case 'disabled':
+      return false;
+    case 'unset':
+      return config.redirectDns;
   }
 }

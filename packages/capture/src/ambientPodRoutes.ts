@@ -39,11 +39,17 @@ export interface AmbientPodRoutesOptions {
 export function ambientPodRoutes(config: AmbientConfig, options: AmbientPodRoutesOptions = {}): AmbientPodRoutes {
   const families: IpFamily[] = config.enableIPv6 ? [4, 6] : [4];
   const rule = (family: IpFamily): AmbientMarkIpRule => ({
-    family, fwmark: AMBIENT.inpodTproxyMark, mask: AMBIENT.inpodTproxyMask,
-    priority: AMBIENT.ipRulePriority, table: AMBIENT.routeTableInbound,
+    family,
+    fwmark: AMBIENT.inpodTproxyMark,
+    mask: AMBIENT.inpodTproxyMask,
+    priority: AMBIENT.ipRulePriority,
+    table: AMBIENT.routeTableInbound,
   });
   const route = (family: IpFamily): AmbientLoopbackRoute => ({
-    family, destination: family === 4 ? '0.0.0.0/0' : '::/0', type: 'local', device: 'lo',
+    family,
+    destination: family === 4 ? '0.0.0.0/0' : '::/0',
+    type: 'local',
+    device: 'lo',
     table: AMBIENT.routeTableInbound,
   });
   const routeFamilies = families.filter((f) => f === 4 || options.loopbackIpv6Disabled !== true);
@@ -52,12 +58,21 @@ export function ambientPodRoutes(config: AmbientConfig, options: AmbientPodRoute
 
 /** `ip` argv (iproute2) adding or deleting a mark rule; `add` reports EEXIST, which callers ignore. */
 export function ipRuleArgs(rule: AmbientMarkIpRule, action: 'add' | 'del'): string[] {
-  return ['ip', `-${rule.family}`, 'rule', action, 'fwmark', `${hex(rule.fwmark)}/${hex(rule.mask)}`,
-    'pref', String(rule.priority), 'lookup', String(rule.table)];
+  return [
+    'ip',
+    `-${rule.family}`,
+    'rule',
+    action,
+    'fwmark',
+    `${hex(rule.fwmark)}/${hex(rule.mask)}`,
+    'pref',
+    String(rule.priority),
+    'lookup',
+    String(rule.table),
+  ];
 }
 
 /** `ip` argv replacing (idempotent add) or deleting a loopback route. */
 export function ipRouteArgs(route: AmbientLoopbackRoute, action: 'replace' | 'del'): string[] {
-  return ['ip', `-${route.family}`, 'route', action, route.type, route.destination, 'dev', route.device,
-    'table', String(route.table)];
+  return ['ip', `-${route.family}`, 'route', action, route.type, route.destination, 'dev', route.device, 'table', String(route.table)];
 }

@@ -12,9 +12,24 @@ function familyRules(config: AmbientConfig, family: IpFamily): IptablesRule[] {
     // `--socket-exists`: the packet left a local socket (kubelet), not forwarded node traffic
     // (kube-proxy), which must stay captured.
     {
-      table: 'nat', chain: POSTRT,
-      args: ['-m', 'owner', '--socket-exists', '-p', 'tcp', '-m', 'set', '--match-set', ambientProbeSetName(family), 'dst',
-        '-j', 'SNAT', '--to-source', snat],
+      table: 'nat',
+      chain: POSTRT,
+      args: [
+        '-m',
+        'owner',
+        '--socket-exists',
+        '-p',
+        'tcp',
+        '-m',
+        'set',
+        '--match-set',
+        ambientProbeSetName(family),
+        'dst',
+        '-j',
+        'SNAT',
+        '--to-source',
+        snat,
+      ],
     },
   ];
 }
@@ -26,4 +41,3 @@ function familyRules(config: AmbientConfig, family: IpFamily): IptablesRule[] {
 export function buildAmbientHostIptablesRules(config: AmbientConfig): IptablesRuleSet {
   return { v4: familyRules(config, 4), v6: config.enableIPv6 ? familyRules(config, 6) : [] };
 }
-

@@ -10,16 +10,40 @@ import { parseOwnerId } from './parseAnnotationValues.ts';
  */
 export function buildAmbientHostNftRules(config: AmbientConfig, kubeletUid: number | string): NftRule[] {
   const uid = String(parseOwnerId(String(kubeletUid)));
-  const rules: NftRule[] = [{
-    table: 'istio-ambient-nat', chain: 'postrouting',
-    args: ['meta l4proto tcp', 'skuid', uid, 'ip', 'daddr', `@${ambientProbeSetName(4)}`, 'counter', 'snat', 'to',
-      config.hostProbeSnatAddress.address],
-  }];
+  const rules: NftRule[] = [
+    {
+      table: 'istio-ambient-nat',
+      chain: 'postrouting',
+      args: [
+        'meta l4proto tcp',
+        'skuid',
+        uid,
+        'ip',
+        'daddr',
+        `@${ambientProbeSetName(4)}`,
+        'counter',
+        'snat',
+        'to',
+        config.hostProbeSnatAddress.address,
+      ],
+    },
+  ];
   if (config.enableIPv6) {
     rules.push({
-      table: 'istio-ambient-nat', chain: 'postrouting',
-      args: ['meta l4proto tcp', 'skuid', uid, 'ip6', 'daddr', `@${ambientProbeSetName(6)}`, 'counter', 'snat', 'to',
-        config.hostProbeV6SnatAddress.address],
+      table: 'istio-ambient-nat',
+      chain: 'postrouting',
+      args: [
+        'meta l4proto tcp',
+        'skuid',
+        uid,
+        'ip6',
+        'daddr',
+        `@${ambientProbeSetName(6)}`,
+        'counter',
+        'snat',
+        'to',
+        config.hostProbeV6SnatAddress.address,
+      ],
     });
   }
   return rules;

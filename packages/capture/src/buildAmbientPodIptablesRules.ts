@@ -44,16 +44,86 @@ function familyRules(config: AmbientConfig, overrides: AmbientPodOverrides, fami
   }
   add('nat', OUTPUT, '-d', snat, '-p', 'tcp', '-m', 'tcp', '-j', 'ACCEPT');
   if (!overrides.ingressMode) {
-    add('nat', PRERT, '!', '-d', localhost, '-p', 'tcp', '!', '--dport', String(AMBIENT.ztunnelInboundPort),
-      '-m', 'mark', '!', '--mark', mark, '-j', 'REDIRECT', '--to-ports', String(AMBIENT.ztunnelInboundPlaintextPort));
+    add(
+      'nat',
+      PRERT,
+      '!',
+      '-d',
+      localhost,
+      '-p',
+      'tcp',
+      '!',
+      '--dport',
+      String(AMBIENT.ztunnelInboundPort),
+      '-m',
+      'mark',
+      '!',
+      '--mark',
+      mark,
+      '-j',
+      'REDIRECT',
+      '--to-ports',
+      String(AMBIENT.ztunnelInboundPlaintextPort),
+    );
   }
-  add('mangle', OUTPUT, '-m', 'connmark', '--mark', tproxyMark, '-j', 'CONNMARK', '--restore-mark',
-    '--nfmask', hex(AMBIENT.inpodRestoreMask), '--ctmask', hex(AMBIENT.inpodRestoreMask));
+  add(
+    'mangle',
+    OUTPUT,
+    '-m',
+    'connmark',
+    '--mark',
+    tproxyMark,
+    '-j',
+    'CONNMARK',
+    '--restore-mark',
+    '--nfmask',
+    hex(AMBIENT.inpodRestoreMask),
+    '--ctmask',
+    hex(AMBIENT.inpodRestoreMask),
+  );
   if (dns) {
-    add('nat', OUTPUT, '!', '-o', 'lo', '-p', 'udp', '-m', 'mark', '!', '--mark', mark, '-m', 'udp', '--dport', '53',
-      '-j', 'REDIRECT', '--to-port', String(AMBIENT.dnsCapturePort));
-    add('nat', OUTPUT, '!', '-d', localhost, '-p', 'tcp', '--dport', '53', '-m', 'mark', '!', '--mark', mark,
-      '-j', 'REDIRECT', '--to-ports', String(AMBIENT.dnsCapturePort));
+    add(
+      'nat',
+      OUTPUT,
+      '!',
+      '-o',
+      'lo',
+      '-p',
+      'udp',
+      '-m',
+      'mark',
+      '!',
+      '--mark',
+      mark,
+      '-m',
+      'udp',
+      '--dport',
+      '53',
+      '-j',
+      'REDIRECT',
+      '--to-port',
+      String(AMBIENT.dnsCapturePort),
+    );
+    add(
+      'nat',
+      OUTPUT,
+      '!',
+      '-d',
+      localhost,
+      '-p',
+      'tcp',
+      '--dport',
+      '53',
+      '-m',
+      'mark',
+      '!',
+      '--mark',
+      mark,
+      '-j',
+      'REDIRECT',
+      '--to-ports',
+      String(AMBIENT.dnsCapturePort),
+    );
     // Own conntrack zone for proxy <-> upstream DNS, so their ports cannot collide (istio#33469).
     add('raw', OUTPUT, '-p', 'udp', '-m', 'mark', '--mark', mark, '-m', 'udp', '--dport', '53', '-j', 'CT', '--zone', '1');
     add('raw', PRERT, '-p', 'udp', '-m', 'mark', '!', '--mark', mark, '-m', 'udp', '--sport', '53', '-j', 'CT', '--zone', '1');
@@ -61,8 +131,24 @@ function familyRules(config: AmbientConfig, overrides: AmbientPodOverrides, fami
   add('nat', OUTPUT, '-p', 'tcp', '-m', 'mark', '--mark', tproxyMark, '-j', 'ACCEPT');
   // An app calling its own pod IP goes over lo; do not loop it through ztunnel.
   add('nat', OUTPUT, '!', '-d', localhost, '-o', 'lo', '-j', 'ACCEPT');
-  add('nat', OUTPUT, '!', '-d', localhost, '-p', 'tcp', '-m', 'mark', '!', '--mark', mark,
-    '-j', 'REDIRECT', '--to-ports', String(AMBIENT.ztunnelOutboundPort));
+  add(
+    'nat',
+    OUTPUT,
+    '!',
+    '-d',
+    localhost,
+    '-p',
+    'tcp',
+    '-m',
+    'mark',
+    '!',
+    '--mark',
+    mark,
+    '-j',
+    'REDIRECT',
+    '--to-ports',
+    String(AMBIENT.ztunnelOutboundPort),
+  );
   return rules;
 }
 

@@ -64,20 +64,75 @@ export function buildAmbientPodNftRules(config: AmbientConfig, overrides: Ambien
   addV6(NAT, ISTIO_OUTPUT, 'meta l4proto tcp', 'ip6 daddr', snat6, COUNTER, 'accept');
   if (!overrides.ingressMode) {
     const inbound = String(AMBIENT.ztunnelInboundPort);
-    add(NAT, ISTIO_PREROUTING, 'ip daddr', '!=', '127.0.0.1/32', 'tcp dport', '!=', inbound,
-      `mark and ${mask} `, '!=', mark, COUNTER, 'redirect to', to(AMBIENT.ztunnelInboundPlaintextPort));
-    addV6(NAT, ISTIO_PREROUTING, 'ip6 daddr', '!=', '::1/128', 'tcp dport', '!=', inbound,
-      `mark and ${mask}`, '!=', mark, COUNTER, 'redirect to', to(AMBIENT.ztunnelInboundPlaintextPort));
+    add(
+      NAT,
+      ISTIO_PREROUTING,
+      'ip daddr',
+      '!=',
+      '127.0.0.1/32',
+      'tcp dport',
+      '!=',
+      inbound,
+      `mark and ${mask} `,
+      '!=',
+      mark,
+      COUNTER,
+      'redirect to',
+      to(AMBIENT.ztunnelInboundPlaintextPort),
+    );
+    addV6(
+      NAT,
+      ISTIO_PREROUTING,
+      'ip6 daddr',
+      '!=',
+      '::1/128',
+      'tcp dport',
+      '!=',
+      inbound,
+      `mark and ${mask}`,
+      '!=',
+      mark,
+      COUNTER,
+      'redirect to',
+      to(AMBIENT.ztunnelInboundPlaintextPort),
+    );
   }
   add(MANGLE, ISTIO_OUTPUT, 'ct mark and', tproxyMask, '==', tproxyMark, COUNTER, 'meta mark set ct mark');
   if (dns) {
     const dnsPort = to(AMBIENT.dnsCapturePort);
-    add(NAT, ISTIO_OUTPUT, 'oifname', '!=', 'lo', 'mark and', mask, '!=', mark, 'udp dport', '53', COUNTER,
-      'redirect to', dnsPort);
-    add(NAT, ISTIO_OUTPUT, 'ip daddr', '!=', '127.0.0.1/32', 'tcp dport', '53', 'mark and', mask, '!=', mark, COUNTER,
-      'redirect to', dnsPort);
-    addV6(NAT, ISTIO_OUTPUT, 'ip6 daddr', '!=', '::1/128', 'tcp dport', '53', 'mark and', mask, '!=', mark, COUNTER,
-      'redirect to', dnsPort);
+    add(NAT, ISTIO_OUTPUT, 'oifname', '!=', 'lo', 'mark and', mask, '!=', mark, 'udp dport', '53', COUNTER, 'redirect to', dnsPort);
+    add(
+      NAT,
+      ISTIO_OUTPUT,
+      'ip daddr',
+      '!=',
+      '127.0.0.1/32',
+      'tcp dport',
+      '53',
+      'mark and',
+      mask,
+      '!=',
+      mark,
+      COUNTER,
+      'redirect to',
+      dnsPort,
+    );
+    addV6(
+      NAT,
+      ISTIO_OUTPUT,
+      'ip6 daddr',
+      '!=',
+      '::1/128',
+      'tcp dport',
+      '53',
+      'mark and',
+      mask,
+      '!=',
+      mark,
+      COUNTER,
+      'redirect to',
+      dnsPort,
+    );
     // Own conntrack zone for proxy <-> upstream DNS, so their ports cannot collide (istio#33469).
     add(RAW, ISTIO_OUTPUT, 'udp dport', '53', 'meta mark and', mask, '==', mark, COUNTER, 'ct zone set', '1');
     add(RAW, ISTIO_PREROUTING, 'udp sport', '53', 'meta mark and', mask, '!=', mark, COUNTER, 'ct zone set', '1');
@@ -86,9 +141,35 @@ export function buildAmbientPodNftRules(config: AmbientConfig, overrides: Ambien
   // An app calling its own pod IP goes over lo; do not loop it through ztunnel.
   add(NAT, ISTIO_OUTPUT, 'oifname', 'lo', 'ip daddr', '!=', '127.0.0.1/32', COUNTER, 'accept');
   addV6(NAT, ISTIO_OUTPUT, 'oifname', 'lo', 'ip6 daddr', '!=', '::1/128', COUNTER, 'accept');
-  add(NAT, ISTIO_OUTPUT, 'meta l4proto tcp', 'ip daddr', '!=', '127.0.0.1/32', 'mark and', mask, '!=', mark, COUNTER,
-    'redirect to', to(AMBIENT.ztunnelOutboundPort));
-  addV6(NAT, ISTIO_OUTPUT, 'meta l4proto tcp', 'ip6 daddr', '!=', '::1/128', 'mark and', mask, '!=', mark, COUNTER,
-    'redirect to', to(AMBIENT.ztunnelOutboundPort));
+  add(
+    NAT,
+    ISTIO_OUTPUT,
+    'meta l4proto tcp',
+    'ip daddr',
+    '!=',
+    '127.0.0.1/32',
+    'mark and',
+    mask,
+    '!=',
+    mark,
+    COUNTER,
+    'redirect to',
+    to(AMBIENT.ztunnelOutboundPort),
+  );
+  addV6(
+    NAT,
+    ISTIO_OUTPUT,
+    'meta l4proto tcp',
+    'ip6 daddr',
+    '!=',
+    '::1/128',
+    'mark and',
+    mask,
+    '!=',
+    mark,
+    COUNTER,
+    'redirect to',
+    to(AMBIENT.ztunnelOutboundPort),
+  );
   return rules;
 }

@@ -69,8 +69,7 @@ export function buildSidecarIptablesRules(cfg: CaptureConfig): IptablesRuleSet {
   const include = splitRanges(cfg.outboundIPRangesInclude);
   const loopbackIncluded = [...include.v4, ...include.v6].some((c) => c.isLoopback);
   // Redirect-DNS without capture-all needs servers; with none it is silently off (upstream warns).
-  const redirectDns = cfg.redirectDns &&
-    (cfg.captureAllDns || cfg.dnsServersV4.length > 0 || cfg.dnsServersV6.length > 0);
+  const redirectDns = cfg.redirectDns && (cfg.captureAllDns || cfg.dnsServersV4.length > 0 || cfg.dnsServersV6.length > 0);
   const tunnel = str(cfg.inboundTunnelPort);
   const mark = str(cfg.inboundTProxyMark);
 
@@ -107,15 +106,45 @@ export function buildSidecarIptablesRules(cfg: CaptureConfig): IptablesRuleSet {
   for (const id of cfg.proxyUid) {
     const uid = str(id);
     const ports = redirectDns ? ['-m', 'multiport', '!', '--dports', `53,${tunnel}`] : ['!', '--dport', tunnel];
-    r.versioned('nat', CHAIN.output, lo4, V6_LOOPBACK, (a) =>
-      ['-o', 'lo', '!', '-d', a, '-p', 'tcp', ...ports, '-m', 'owner', '--uid-owner', uid, '-j', CHAIN.inRedirect]);
+    r.versioned('nat', CHAIN.output, lo4, V6_LOOPBACK, (a) => [
+      '-o',
+      'lo',
+      '!',
+      '-d',
+      a,
+      '-p',
+      'tcp',
+      ...ports,
+      '-m',
+      'owner',
+      '--uid-owner',
+      uid,
+      '-j',
+      CHAIN.inRedirect,
+    ]);
     addNotOwnedReturn(r, loopbackIncluded, redirectDns, '--uid-owner', uid);
     r.both('nat', CHAIN.output, '-m', 'owner', '--uid-owner', uid, '-j', 'RETURN');
   }
   for (const id of cfg.proxyGid) {
     const gid = str(id);
-    r.versioned('nat', CHAIN.output, lo4, V6_LOOPBACK, (a) =>
-      ['-o', 'lo', '!', '-d', a, '-p', 'tcp', '!', '--dport', tunnel, '-m', 'owner', '--gid-owner', gid, '-j', CHAIN.inRedirect]);
+    r.versioned('nat', CHAIN.output, lo4, V6_LOOPBACK, (a) => [
+      '-o',
+      'lo',
+      '!',
+      '-d',
+      a,
+      '-p',
+      'tcp',
+      '!',
+      '--dport',
+      tunnel,
+      '-m',
+      'owner',
+      '--gid-owner',
+      gid,
+      '-j',
+      CHAIN.inRedirect,
+    ]);
     addNotOwnedReturn(r, loopbackIncluded, redirectDns, '--gid-owner', gid);
     r.both('nat', CHAIN.output, '-m', 'owner', '--gid-owner', gid, '-j', 'RETURN');
   }
@@ -143,10 +172,28 @@ export function buildSidecarIptablesRules(cfg: CaptureConfig): IptablesRuleSet {
   if (tproxy) {
     r.both('mangle', 'PREROUTING', '-p', 'tcp', '-m', 'mark', '--mark', mark, '-j', 'CONNMARK', '--save-mark');
     r.both('mangle', 'OUTPUT', '-p', 'tcp', '-o', 'lo', '-m', 'mark', '--mark', mark, '-j', 'RETURN');
-    for (const [flag, ids] of [['--uid-owner', cfg.proxyUid], ['--gid-owner', cfg.proxyGid]] as const) {
+    for (const [flag, ids] of [
+      ['--uid-owner', cfg.proxyUid],
+      ['--gid-owner', cfg.proxyGid],
+    ] as const) {
       for (const id of ids) {
-        r.versioned('mangle', 'OUTPUT', lo4, V6_LOOPBACK, (a) =>
-          ['!', '-d', a, '-p', 'tcp', '-o', 'lo', '-m', 'owner', flag, str(id), '-j', 'MARK', '--set-mark', str(OUTBOUND_MARK)]);
+        r.versioned('mangle', 'OUTPUT', lo4, V6_LOOPBACK, (a) => [
+          '!',
+          '-d',
+          a,
+          '-p',
+          'tcp',
+          '-o',
+          'lo',
+          '-m',
+          'owner',
+          flag,
+          str(id),
+          '-j',
+          'MARK',
+          '--set-mark',
+          str(OUTBOUND_MARK),
+        ]);
       }
     }
     r.both('mangle', 'OUTPUT', '-p', 'tcp', '-m', 'connmark', '--mark', mark, '-j', 'CONNMARK', '--restore-mark');
@@ -167,8 +214,19 @@ function addInbound(r: FamilyRules, cfg: CaptureConfig, lo4: string): void {
   if (tproxy) {
     r.both('mangle', CHAIN.divert, '-j', 'MARK', '--set-mark', mark);
     r.both('mangle', CHAIN.divert, '-j', 'ACCEPT');
-    r.versioned('mangle', CHAIN.tproxy, lo4, V6_LOOPBACK, (a) =>
-      ['!', '-d', a, '-p', 'tcp', '-j', 'TPROXY', '--tproxy-mark', `${mark}/0xffffffff`, '--on-port', str(cfg.inboundCapturePort)]);
+    r.versioned('mangle', CHAIN.tproxy, lo4, V6_LOOPBACK, (a) => [
+      '!',
+      '-d',
+      a,
+      '-p',
+      'tcp',
+      '-j',
+      'TPROXY',
+      '--tproxy-mark',
+      `${mark}/0xffffffff`,
+      '--on-port',
+      str(cfg.inboundCapturePort),
+    ]);
   }
   r.both(table, 'PREROUTING', '-p', 'tcp', '-j', CHAIN.inbound);
   if (include === '*') {
@@ -185,7 +243,20 @@ function addInbound(r: FamilyRules, cfg: CaptureConfig, lo4: string): void {
   }
   for (const port of include) {
     if (tproxy) {
-      r.both('mangle', CHAIN.inbound, '-p', 'tcp', '--dport', str(port), '-m', 'conntrack', '--ctstate', 'RELATED,ESTABLISHED', '-j', CHAIN.divert);
+      r.both(
+        'mangle',
+        CHAIN.inbound,
+        '-p',
+        'tcp',
+        '--dport',
+        str(port),
+        '-m',
+        'conntrack',
+        '--ctstate',
+        'RELATED,ESTABLISHED',
+        '-j',
+        CHAIN.divert,
+      );
       r.both('mangle', CHAIN.inbound, '-p', 'tcp', '--dport', str(port), '-j', CHAIN.tproxy);
     } else {
       r.both('nat', CHAIN.inbound, '-p', 'tcp', '--dport', str(port), '-j', CHAIN.inRedirect);
@@ -228,7 +299,10 @@ function addDnsRedirect(r: FamilyRules, cfg: CaptureConfig): void {
   r.both('raw', 'OUTPUT', '-j', CHAIN.outputDns);
   if (all || v4.length > 0) r.v4Rule('nat', CHAIN.output, ['-j', CHAIN.outputDns]);
   if (all || v6.length > 0) r.v6Rule('nat', CHAIN.output, ['-j', CHAIN.outputDns]);
-  for (const [proto, toFlag] of [['tcp', '--to-ports'], ['udp', '--to-port']] as const) {
+  for (const [proto, toFlag] of [
+    ['tcp', '--to-ports'],
+    ['udp', '--to-port'],
+  ] as const) {
     if (all) {
       r.both('nat', CHAIN.outputDns, '-p', proto, '--dport', '53', '-j', 'REDIRECT', toFlag, dnsPort);
       continue;
@@ -236,7 +310,10 @@ function addDnsRedirect(r: FamilyRules, cfg: CaptureConfig): void {
     for (const s of v4) r.v4Rule('nat', CHAIN.outputDns, ['-p', proto, '--dport', '53', '-d', s, '-j', 'REDIRECT', toFlag, dnsPort]);
     for (const s of v6) r.v6Rule('nat', CHAIN.outputDns, ['-p', proto, '--dport', '53', '-d', s, '-j', 'REDIRECT', toFlag, dnsPort]);
   }
-  for (const [flag, ids] of [['--uid-owner', cfg.proxyUid], ['--gid-owner', cfg.proxyGid]] as const) {
+  for (const [flag, ids] of [
+    ['--uid-owner', cfg.proxyUid],
+    ['--gid-owner', cfg.proxyGid],
+  ] as const) {
     for (const id of ids) {
       r.both('raw', CHAIN.outputDns, '-p', 'udp', '--dport', '53', '-m', 'owner', flag, str(id), '-j', 'CT', '--zone', '1');
       r.both('raw', CHAIN.outputDns, '-p', 'udp', '--sport', dnsPort, '-m', 'owner', flag, str(id), '-j', 'CT', '--zone', '2');

@@ -62,8 +62,7 @@ export function buildSidecarNftRules(cfg: CaptureConfig): NftRule[] {
   const includeV4 = all(cfg.outboundIPRangesInclude).filter((c) => c.family === 4);
   const includeV6 = all(cfg.outboundIPRangesInclude).filter((c) => c.family === 6);
   const loopbackIncluded = [...includeV4, ...includeV6].some((c) => c.isLoopback);
-  const redirectDns = cfg.redirectDns &&
-    (cfg.captureAllDns || cfg.dnsServersV4.length > 0 || cfg.dnsServersV6.length > 0);
+  const redirectDns = cfg.redirectDns && (cfg.captureAllDns || cfg.dnsServersV4.length > 0 || cfg.dnsServersV6.length > 0);
   const tunnel = str(cfg.inboundTunnelPort);
   const mark = str(cfg.inboundTProxyMark);
   const tcp = 'meta l4proto tcp';
@@ -97,11 +96,24 @@ export function buildSidecarNftRules(cfg: CaptureConfig): NftRule[] {
   r.add(NAT, C.output_, ['oifname', 'lo', 'ip saddr', '127.0.0.6/32'], ['return']);
   r.addV6(NAT, C.output_, ['oifname', 'lo', 'ip6 saddr', '::6/128'], ['return']);
 
-  for (const [owner, ids] of [['skuid', cfg.proxyUid], ['skgid', cfg.proxyGid]] as const) {
+  for (const [owner, ids] of [
+    ['skuid', cfg.proxyUid],
+    ['skgid', cfg.proxyGid],
+  ] as const) {
     for (const id of ids) {
       const ports = redirectDns && owner === 'skuid' ? `{ 53, ${tunnel} }` : tunnel;
-      r.add(NAT, C.output_, ['oifname', 'lo', tcp, 'ip daddr', '!=', lo4, 'tcp dport', '!=', ports, owner, str(id)], ['jump', C.inRedirect]);
-      r.addV6(NAT, C.output_, ['oifname', 'lo', tcp, 'ip6 daddr', '!=', '::1/128', 'tcp dport', '!=', ports, owner, str(id)], ['jump', C.inRedirect]);
+      r.add(
+        NAT,
+        C.output_,
+        ['oifname', 'lo', tcp, 'ip daddr', '!=', lo4, 'tcp dport', '!=', ports, owner, str(id)],
+        ['jump', C.inRedirect],
+      );
+      r.addV6(
+        NAT,
+        C.output_,
+        ['oifname', 'lo', tcp, 'ip6 daddr', '!=', '::1/128', 'tcp dport', '!=', ports, owner, str(id)],
+        ['jump', C.inRedirect],
+      );
       // An explicitly included loopback range must reach the redirect rules.
       if (!loopbackIncluded) {
         const match = redirectDns
@@ -116,7 +128,12 @@ export function buildSidecarNftRules(cfg: CaptureConfig): NftRule[] {
   if (cfg.ownerGroupsInclude === '*') {
     for (const group of cfg.ownerGroupsExclude) r.add(NAT, C.output_, ['skgid', group], ['return']);
   } else {
-    r.add(NAT, C.output_, cfg.ownerGroupsInclude.flatMap((g) => ['skgid', '!=', g]), ['return']);
+    r.add(
+      NAT,
+      C.output_,
+      cfg.ownerGroupsInclude.flatMap((g) => ['skgid', '!=', g]),
+      ['return'],
+    );
   }
 
   if (redirectDns) addDnsRedirect(r, cfg);
@@ -149,7 +166,10 @@ export function buildSidecarNftRules(cfg: CaptureConfig): NftRule[] {
     const outMark = str(OUTBOUND_MARK);
     r.add(MANGLE, C.prerouting, [tcp, 'mark', mark], ['ct mark set mark']);
     r.add(MANGLE, C.output, ['oifname', 'lo', tcp, 'mark', mark], ['return']);
-    for (const [owner, ids] of [['skuid', cfg.proxyUid], ['skgid', cfg.proxyGid]] as const) {
+    for (const [owner, ids] of [
+      ['skuid', cfg.proxyUid],
+      ['skgid', cfg.proxyGid],
+    ] as const) {
       for (const id of ids) {
         r.add(MANGLE, C.output, ['oifname', 'lo', tcp, 'ip daddr', '!=', lo4, owner, str(id)], ['meta mark set', outMark]);
         r.addV6(MANGLE, C.output, ['oifname', 'lo', tcp, 'ip6 daddr', '!=', '::1/128', owner, str(id)], ['meta mark set', outMark]);
@@ -214,7 +234,10 @@ function addDnsRedirect(r: NftRules, cfg: CaptureConfig): void {
     for (const s of v4) r.add(NAT, C.outputDns, ['ip daddr', s, `${proto} dport`, '53'], ['redirect', 'to', to]);
     for (const s of v6) r.addV6(NAT, C.outputDns, ['ip6 daddr', s, `${proto} dport`, '53'], ['redirect', 'to', to]);
   }
-  for (const [owner, ids] of [['skuid', cfg.proxyUid], ['skgid', cfg.proxyGid]] as const) {
+  for (const [owner, ids] of [
+    ['skuid', cfg.proxyUid],
+    ['skgid', cfg.proxyGid],
+  ] as const) {
     for (const id of ids) {
       r.add(RAW, C.outputDns, ['udp dport', '53', 'meta', owner, str(id)], ['ct', 'zone', 'set', '1']);
       r.add(RAW, C.outputDns, ['udp sport', str(DNS_PROXY_PORT), 'meta', owner, str(id)], ['ct', 'zone', 'set', '2']);

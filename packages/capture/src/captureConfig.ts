@@ -124,12 +124,24 @@ export function captureConfigFromRedirect(redirect: Redirect, env: CaptureEnviro
     dropInvalid: redirect.invalidDrop,
     dualStack: redirect.dualStack,
     enableIPv6: env.enableIPv6 ?? false,
-    ownerGroupsInclude: readEnv('ISTIO_OUTBOUND_OWNER_GROUPS', env.ISTIO_OUTBOUND_OWNER_GROUPS,
-      parseGroupListOrWildcard, DEFAULT_CAPTURE_CONFIG.ownerGroupsInclude),
-    ownerGroupsExclude: readEnv('ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE', env.ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE,
-      parseGroupList, DEFAULT_CAPTURE_CONFIG.ownerGroupsExclude),
-    hostIPv4LoopbackCidr: readEnv('ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', env.ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR,
-      parseV4LoopbackCidr, DEFAULT_CAPTURE_CONFIG.hostIPv4LoopbackCidr),
+    ownerGroupsInclude: readEnv(
+      'ISTIO_OUTBOUND_OWNER_GROUPS',
+      env.ISTIO_OUTBOUND_OWNER_GROUPS,
+      parseGroupListOrWildcard,
+      DEFAULT_CAPTURE_CONFIG.ownerGroupsInclude,
+    ),
+    ownerGroupsExclude: readEnv(
+      'ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE',
+      env.ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE,
+      parseGroupList,
+      DEFAULT_CAPTURE_CONFIG.ownerGroupsExclude,
+    ),
+    hostIPv4LoopbackCidr: readEnv(
+      'ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR',
+      env.ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR,
+      parseV4LoopbackCidr,
+      DEFAULT_CAPTURE_CONFIG.hostIPv4LoopbackCidr,
+    ),
   };
 }
 

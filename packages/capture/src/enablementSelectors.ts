@@ -50,7 +50,8 @@ function parseLabelSelector(v: unknown, where: string): LabelSelector {
       if (!isRecord(e) || typeof e.key !== 'string' || typeof e.operator !== 'string') {
         throw new Error(`${at} needs a string key and operator`);
       }
-      if (!OPERATORS.has(e.operator)) throw new Error(`${at}.operator ${JSON.stringify(e.operator)} is not In, NotIn, Exists or DoesNotExist`);
+      if (!OPERATORS.has(e.operator))
+        throw new Error(`${at}.operator ${JSON.stringify(e.operator)} is not In, NotIn, Exists or DoesNotExist`);
       const values = e.values ?? [];
       if (!Array.isArray(values) || !values.every((x) => typeof x === 'string')) throw new Error(`${at}.values must be strings`);
       if ((e.operator === 'In' || e.operator === 'NotIn') && values.length === 0) {

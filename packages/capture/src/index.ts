@@ -21,7 +21,13 @@ export { findProxyContainer, INIT_CONTAINER_NAME, PROXY_CONTAINER_NAME, proxyEnv
 export type { Container, EnvVar, Namespace, ObjectMeta, Pod, PodIP, PodSpec, PodStatus, SecurityContext } from './podTypes.ts';
 export { ALWAYS_EXCLUDED_INBOUND_PORTS, redirectFromPod } from './redirectFromPod.ts';
 export type { InterceptionMode, Redirect } from './redirectFromPod.ts';
-export { captureConfigFromRedirect, captureEnvironmentFrom, DEFAULT_CAPTURE_CONFIG, DNS_PROXY_PORT, OUTBOUND_MARK } from './captureConfig.ts';
+export {
+  captureConfigFromRedirect,
+  captureEnvironmentFrom,
+  DEFAULT_CAPTURE_CONFIG,
+  DNS_PROXY_PORT,
+  OUTBOUND_MARK,
+} from './captureConfig.ts';
 export type { CaptureConfig, CaptureEnvironment } from './captureConfig.ts';
 export { BUILTIN_CHAINS, CHAIN } from './iptablesRule.ts';
 export type { IptablesRule, IptablesRuleSet, IptablesTable } from './iptablesRule.ts';

@@ -16,7 +16,14 @@ export interface IptablesRuleSet {
 
 /** Chains iptables provides (never declared with `-N`). */
 export const BUILTIN_CHAINS: ReadonlySet<string> = new Set([
-  'INPUT', 'OUTPUT', 'FORWARD', 'PREROUTING', 'POSTROUTING', 'ACCEPT', 'RETURN', 'DROP',
+  'INPUT',
+  'OUTPUT',
+  'FORWARD',
+  'PREROUTING',
+  'POSTROUTING',
+  'ACCEPT',
+  'RETURN',
+  'DROP',
 ]);
 
 export const CHAIN = {

@@ -8,8 +8,12 @@ export interface NftRule {
 }
 
 export type NftTable =
-  | 'istio-proxy-nat' | 'istio-proxy-mangle' | 'istio-proxy-raw'
-  | 'istio-ambient-nat' | 'istio-ambient-mangle' | 'istio-ambient-raw';
+  | 'istio-proxy-nat'
+  | 'istio-proxy-mangle'
+  | 'istio-proxy-raw'
+  | 'istio-ambient-nat'
+  | 'istio-ambient-mangle'
+  | 'istio-ambient-raw';
 
 export interface NftChainSpec {
   readonly name: string;

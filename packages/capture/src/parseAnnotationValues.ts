@@ -139,9 +139,19 @@ export function parseGroupListOrWildcard(value: string): string[] | Wildcard {
 /** Go `strconv.ParseBool`: returns undefined for anything it would reject. */
 export function parseGoBool(text: string): boolean | undefined {
   switch (text) {
-    case '1': case 't': case 'T': case 'true': case 'TRUE': case 'True':
+    case '1':
+    case 't':
+    case 'T':
+    case 'true':
+    case 'TRUE':
+    case 'True':
       return true;
-    case '0': case 'f': case 'F': case 'false': case 'FALSE': case 'False':
+    case '0':
+    case 'f':
+    case 'F':
+    case 'false':
+    case 'FALSE':
+    case 'False':
       return false;
     default:
       return undefined;

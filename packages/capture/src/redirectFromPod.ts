@@ -46,12 +46,7 @@ function dedup<T>(items: readonly T[]): T[] {
 
 type Annotations = Readonly<Record<string, string>>;
 
-function readAnnotation<T>(
-  annotations: Annotations,
-  name: string,
-  parse: (value: string) => T,
-  fallback: T,
-): T {
+function readAnnotation<T>(annotations: Annotations, name: string, parse: (value: string) => T, fallback: T): T {
   if (!Object.hasOwn(annotations, name)) return fallback;
   const value = annotations[name];
   if (typeof value !== 'string') throw new AnnotationError(name, String(value), 'value is not a string');
@@ -100,16 +95,21 @@ export function redirectFromPod(pod: Pod): Redirect {
   const annotations: Annotations = pod.metadata.annotations ?? {};
   const interceptionMode = readAnnotation(annotations, ANNOTATION.interceptionMode, parseMode, 'REDIRECT');
   const includeOutboundIPRanges = readAnnotation<readonly Cidr[] | Wildcard>(
-    annotations, ANNOTATION.includeOutboundIPRanges, parseCidrListOrWildcard, '*');
+    annotations,
+    ANNOTATION.includeOutboundIPRanges,
+    parseCidrListOrWildcard,
+    '*',
+  );
   const excludeOutboundIPRanges = readAnnotation(annotations, ANNOTATION.excludeOutboundIPRanges, parseCidrList, []);
-  const excludeInbound = readAnnotation(
-    annotations, ANNOTATION.excludeInboundPorts, noWildcard(parsePortList), [PROXY_STATUS_PORT]);
+  const excludeInbound = readAnnotation(annotations, ANNOTATION.excludeInboundPorts, noWildcard(parsePortList), [PROXY_STATUS_PORT]);
   const includeInboundPorts = readAnnotation<readonly number[] | Wildcard>(
-    annotations, ANNOTATION.includeInboundPorts, parsePortListOrWildcard, '*');
-  const excludeOutboundPorts = readAnnotation(
-    annotations, ANNOTATION.excludeOutboundPorts, noWildcard(parsePortList), [PROXY_STATUS_PORT]);
-  const includeOutboundPorts = readAnnotation(
-    annotations, ANNOTATION.includeOutboundPorts, noWildcard(parsePortList), []);
+    annotations,
+    ANNOTATION.includeInboundPorts,
+    parsePortListOrWildcard,
+    '*',
+  );
+  const excludeOutboundPorts = readAnnotation(annotations, ANNOTATION.excludeOutboundPorts, noWildcard(parsePortList), [PROXY_STATUS_PORT]);
+  const includeOutboundPorts = readAnnotation(annotations, ANNOTATION.includeOutboundPorts, noWildcard(parsePortList), []);
   const excludeInterfaces = readAnnotation(annotations, ANNOTATION.excludeInterfaces, parseInterfaceList, []);
   // The deprecated kubevirt annotation is read only when the new one is absent.
   const rerouteVirtualInterfaces = Object.hasOwn(annotations, ANNOTATION.rerouteVirtualInterfaces)

@@ -5,9 +5,7 @@ const TABLE_ORDER: readonly IptablesTable[] = ['filter', 'mangle', 'nat', 'raw']
 
 /** The rule as written in a restore document / on an `iptables` command line. */
 export function iptablesRuleArgs(rule: IptablesRule): string[] {
-  return rule.position === undefined
-    ? ['-A', rule.chain, ...rule.args]
-    : ['-I', rule.chain, String(rule.position), ...rule.args];
+  return rule.position === undefined ? ['-A', rule.chain, ...rule.args] : ['-I', rule.chain, String(rule.position), ...rule.args];
 }
 
 /**

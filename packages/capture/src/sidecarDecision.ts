@@ -3,9 +3,7 @@ import { parseGoBool } from './parseAnnotationValues.ts';
 import { findProxyContainer, INIT_CONTAINER_NAME, proxyEnvironment } from './podTypes.ts';
 import type { Pod } from './podTypes.ts';
 
-export type SidecarDecision =
-  | { readonly redirect: true }
-  | { readonly redirect: false; readonly reason: string };
+export type SidecarDecision = { readonly redirect: true } | { readonly redirect: false; readonly reason: string };
 
 const AGENT_POD_PREFIX = 'istio-cni-node-';
 
@@ -47,9 +45,7 @@ export function sidecarDecision(pod: Pod): SidecarDecision {
   const labels = pod.metadata.labels ?? {};
   const annotations = pod.metadata.annotations ?? {};
   // The label is the newer API and wins when both are present; non-boolean values are ignored.
-  const inject = Object.hasOwn(labels, LABEL.inject)
-    ? labels[LABEL.inject]
-    : annotations[ANNOTATION.inject];
+  const inject = Object.hasOwn(labels, LABEL.inject) ? labels[LABEL.inject] : annotations[ANNOTATION.inject];
   if (inject !== undefined && inject !== '' && parseGoBool(inject) === false) {
     return { redirect: false, reason: `injection disabled by sidecar.istio.io/inject=${JSON.stringify(inject)}` };
   }

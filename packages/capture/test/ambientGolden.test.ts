@@ -67,9 +67,7 @@ function recordedLines(rules: IptablesRuleSet, enableIPv6: boolean): string {
 
 function iptablesOutput(scenario: AmbientScenario, enableIPv6: boolean): string {
   const config = configFor('iptables', scenario, enableIPv6);
-  const rules = scenario.pod === undefined
-    ? buildAmbientHostIptablesRules(config)
-    : buildAmbientPodIptablesRules(config, scenario.pod);
+  const rules = scenario.pod === undefined ? buildAmbientHostIptablesRules(config) : buildAmbientPodIptablesRules(config, scenario.pod);
   return recordedLines(rules, enableIPv6);
 }
 
@@ -90,7 +88,10 @@ function assertExactGolden(path: string, actual: string): void {
   assert.equal(actual, readFileSync(path, 'utf8'), `${path}: leading/trailing whitespace differs`);
 }
 
-const VARIANTS: ReadonlyArray<readonly [suffix: string, enableIPv6: boolean]> = [['', false], ['_ipv6', true]];
+const VARIANTS: ReadonlyArray<readonly [suffix: string, enableIPv6: boolean]> = [
+  ['', false],
+  ['_ipv6', true],
+];
 
 for (const scenario of AMBIENT_SCENARIOS) {
   for (const [suffix, enableIPv6] of VARIANTS) {

@@ -68,8 +68,14 @@ test('non-boolean values are ignored, each with a warning naming annotation and 
   const { overrides, warnings } = ambientPodOverrides(podWith({ [DNS]: 'tweedledum', [BYPASS]: 'tweedledee' }));
   assert.deepEqual(overrides, DEFAULT_AMBIENT_POD_OVERRIDES);
   assert.equal(warnings.length, 2);
-  assert.ok(warnings.some((w) => w.includes(BYPASS) && w.includes('"tweedledee"')), warnings.join('\n'));
-  assert.ok(warnings.some((w) => w.includes(DNS) && w.includes('"tweedledum"')), warnings.join('\n'));
+  assert.ok(
+    warnings.some((w) => w.includes(BYPASS) && w.includes('"tweedledee"')),
+    warnings.join('\n'),
+  );
+  assert.ok(
+    warnings.some((w) => w.includes(DNS) && w.includes('"tweedledum"')),
+    warnings.join('\n'),
+  );
   for (const v of ['yes', 'on', ' true', 'true ', '', 'TrUe', '2']) {
     const r = ambientPodOverrides(podWith({ [BYPASS]: v }));
     assert.equal(r.overrides.ingressMode, false, JSON.stringify(v));
@@ -98,8 +104,11 @@ test('hostile virtual interface names are rejected naming the annotation; upstre
   assert.ok(HOSTILE_INTERFACE_VALUES.length > 40);
   assert.deepEqual(ambientPodOverrides(podWith({ [VIRT]: 'eth0\r' })).overrides.virtualInterfaces, ['eth0']);
   for (const value of HOSTILE_INTERFACE_VALUES) {
-    assert.throws(() => ambientPodOverrides(podWith({ [VIRT]: value })), (err: unknown) =>
-      err instanceof AnnotationError && err.annotation === VIRT && err.value === value, JSON.stringify(value));
+    assert.throws(
+      () => ambientPodOverrides(podWith({ [VIRT]: value })),
+      (err: unknown) => err instanceof AnnotationError && err.annotation === VIRT && err.value === value,
+      JSON.stringify(value),
+    );
   }
 });
 

@@ -50,8 +50,10 @@ test('bad environment values are rejected naming the variable', () => {
     ['ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', '127.0.0.1'],
   ];
   for (const [name, value] of bad) {
-    assert.throws(() => captureConfigFromRedirect(redirectFromPod(POD), { [name]: value }), (err: unknown) =>
-      err instanceof AnnotationError && err.annotation === name && err.value === value);
+    assert.throws(
+      () => captureConfigFromRedirect(redirectFromPod(POD), { [name]: value }),
+      (err: unknown) => err instanceof AnnotationError && err.annotation === name && err.value === value,
+    );
   }
 });
 

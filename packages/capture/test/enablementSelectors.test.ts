@@ -53,7 +53,11 @@ describe('labelSelectorMatches', () => {
     ['NotIn hit', { matchExpressions: [{ key: 'app', operator: 'NotIn', values: ['web'] }] }, false],
     ['Exists', { matchExpressions: [{ key: 'app', operator: 'Exists' }] }, true],
     ['DoesNotExist', { matchExpressions: [{ key: 'app', operator: 'DoesNotExist' }] }, false],
-    ['labels and expressions are ANDed', { matchLabels: { app: 'web' }, matchExpressions: [{ key: 'tier', operator: 'In', values: ['back'] }] }, false],
+    [
+      'labels and expressions are ANDed',
+      { matchLabels: { app: 'web' }, matchExpressions: [{ key: 'tier', operator: 'In', values: ['back'] }] },
+      false,
+    ],
   ];
   for (const [name, sel, want] of cases) it(name, () => assert.equal(labelSelectorMatches(sel, labels), want));
 });

@@ -14,10 +14,7 @@ const PORT_ANNOTATIONS = [
   'traffic.sidecar.istio.io/includeOutboundPorts',
   'traffic.sidecar.istio.io/excludeOutboundPorts',
 ];
-const CIDR_ANNOTATIONS = [
-  'traffic.sidecar.istio.io/includeOutboundIPRanges',
-  'traffic.sidecar.istio.io/excludeOutboundIPRanges',
-];
+const CIDR_ANNOTATIONS = ['traffic.sidecar.istio.io/includeOutboundIPRanges', 'traffic.sidecar.istio.io/excludeOutboundIPRanges'];
 const INTERFACE_ANNOTATIONS = [
   'traffic.sidecar.istio.io/excludeInterfaces',
   'traffic.sidecar.istio.io/kubevirtInterfaces',
@@ -62,21 +59,62 @@ const COMMON_VALUES = [
 ];
 
 const PORT_VALUES = [
-  '65536', '-1', '1e3', '0x50', '80.0', '80,,81', '80,', ',80', '+80', '８０', '99999999999999999999',
-  'NaN', 'Infinity', '*,80', '80-90', '80:90', '80 81',
+  '65536',
+  '-1',
+  '1e3',
+  '0x50',
+  '80.0',
+  '80,,81',
+  '80,',
+  ',80',
+  '+80',
+  '８０',
+  '99999999999999999999',
+  'NaN',
+  'Infinity',
+  '*,80',
+  '80-90',
+  '80:90',
+  '80 81',
 ];
 /** `*` is accepted upstream here but would produce `--dport *`; we reject it. */
 const PORT_NO_WILDCARD_ANNOTATIONS = PORT_ANNOTATIONS.filter((a) => !a.endsWith('/includeInboundPorts'));
 
 const CIDR_VALUES = [
-  '10.0.0.0/33', '10.0.0.0', '10.0.0.256/8', '010.0.0.0/8', '10.0.0.0/08', '::/129', 'fe80::1%eth0/64',
-  '1.2.3.4/ 8', ' 1.2.3.4/8', '10.0.0.0/8,', '*,10.0.0.0/8', '1:2:3:4:5:6:7:8:9/64', ':::/0',
-  '1::2::3/64', 'gggg::/16', '10.0.0.0/-1', '10.0.0.0/8/8', 'localhost/8', '0x0a000000/8',
-  '10.0.0.0/8, 10.1.0.0/16', Array.from({ length: 300 }, () => '10.0.0.0/8').join(','),
+  '10.0.0.0/33',
+  '10.0.0.0',
+  '10.0.0.256/8',
+  '010.0.0.0/8',
+  '10.0.0.0/08',
+  '::/129',
+  'fe80::1%eth0/64',
+  '1.2.3.4/ 8',
+  ' 1.2.3.4/8',
+  '10.0.0.0/8,',
+  '*,10.0.0.0/8',
+  '1:2:3:4:5:6:7:8:9/64',
+  ':::/0',
+  '1::2::3/64',
+  'gggg::/16',
+  '10.0.0.0/-1',
+  '10.0.0.0/8/8',
+  'localhost/8',
+  '0x0a000000/8',
+  '10.0.0.0/8, 10.1.0.0/16',
+  Array.from({ length: 300 }, () => '10.0.0.0/8').join(','),
 ];
 
 const INTERFACE_VALUES = [
-  'a'.repeat(16), '.', '..', 'eth0:1', 'eth 0', 'eth/0', '-eth0', 'eth0,..', 'ｅｔｈ0', 'eth0,eth1:0',
+  'a'.repeat(16),
+  '.',
+  '..',
+  'eth0:1',
+  'eth 0',
+  'eth/0',
+  '-eth0',
+  'eth0,..',
+  'ｅｔｈ0',
+  'eth0,eth1:0',
   Array.from({ length: 300 }, (_, i) => `eth${i}`).join(','),
 ];
 

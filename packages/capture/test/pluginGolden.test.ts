@@ -47,7 +47,9 @@ function podFor(c: PluginCase): Pod {
 function parseTables(text: string): Map<string, string> {
   const tables = new Map<string, string>();
   for (const piece of text.split('COMMIT')) {
-    const lines = piece.replace(/^\n+|\n+$/g, '').split('\n')
+    const lines = piece
+      .replace(/^\n+|\n+$/g, '')
+      .split('\n')
       .filter((l) => l !== 'iptables-save' && l !== 'ip6tables-save');
     const first = lines[0];
     if (first?.startsWith('* ')) tables.set(first.slice(2), [...lines, 'COMMIT'].join('\n'));
@@ -62,7 +64,9 @@ for (const c of CASES) {
     const config = captureConfigFromRedirect(redirectFromPod(pod), { enableIPv6: false });
     const rules = buildSidecarIptablesRules(config);
     // The dry-run file: every recorded line followed by a newline.
-    const dryRunFile = recordedIptablesCommands(rules, config.enableIPv6).map((l) => `${l}\n`).join('');
+    const dryRunFile = recordedIptablesCommands(rules, config.enableIPv6)
+      .map((l) => `${l}\n`)
+      .join('');
     const golden = readFileSync(`${DIR}/${c.golden}.txt.golden`, 'utf8');
     const got = parseTables(dryRunFile);
     assert.ok(got.size > 0, 'no tables produced');

@@ -15,14 +15,16 @@ export interface PluginCase {
 export const PLUGIN_GOLDEN_CASES: readonly PluginCase[] = [
   { name: 'basic', golden: 'basic' },
   {
-    name: 'include-exclude-ip', golden: 'include-exclude-ip',
+    name: 'include-exclude-ip',
+    golden: 'include-exclude-ip',
     annotations: {
       'traffic.sidecar.istio.io/includeOutboundIPRanges': '127.0.0.0/8',
       'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.0.0.0/8',
     },
   },
   {
-    name: 'include-exclude-ports', golden: 'include-exclude-ports',
+    name: 'include-exclude-ports',
+    golden: 'include-exclude-ports',
     annotations: {
       'traffic.sidecar.istio.io/includeInboundPorts': '1111,2222',
       'traffic.sidecar.istio.io/excludeInboundPorts': '3333,4444',
@@ -35,7 +37,10 @@ export const PLUGIN_GOLDEN_CASES: readonly PluginCase[] = [
   { name: 'custom-uid', golden: 'custom-uid', runAsUser: 1000670000, runAsGroup: 1000670001 },
   { name: 'custom-uid-zero', golden: 'basic', runAsUser: 0 },
   {
-    name: 'custom-uid-tproxy', golden: 'custom-uid-tproxy',
-    annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' }, runAsUser: 1000670000, runAsGroup: 1000670001,
+    name: 'custom-uid-tproxy',
+    golden: 'custom-uid-tproxy',
+    annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' },
+    runAsUser: 1000670000,
+    runAsGroup: 1000670001,
   },
 ];

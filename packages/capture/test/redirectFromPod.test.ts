@@ -10,8 +10,7 @@ function pod(annotations: Record<string, string> = {}, proxy: Partial<Container>
   };
 }
 
-const texts = (cidrs: unknown): unknown =>
-  Array.isArray(cidrs) ? cidrs.map((c: { text: string }) => c.text) : cidrs;
+const texts = (cidrs: unknown): unknown => (Array.isArray(cidrs) ? cidrs.map((c: { text: string }) => c.text) : cidrs);
 
 test('defaults match upstream when no annotation is set', () => {
   assert.deepEqual(redirectFromPod(pod()), {
@@ -44,10 +43,12 @@ test('interceptionMode annotation selects TPROXY', () => {
 });
 
 test('outbound IP range annotations are parsed into v4 and v6 CIDRs', () => {
-  const r = redirectFromPod(pod({
-    'traffic.sidecar.istio.io/includeOutboundIPRanges': '10.0.0.0/8,2001:DB8::/32',
-    'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.1.0.0/16',
-  }));
+  const r = redirectFromPod(
+    pod({
+      'traffic.sidecar.istio.io/includeOutboundIPRanges': '10.0.0.0/8,2001:DB8::/32',
+      'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.1.0.0/16',
+    }),
+  );
   assert.deepEqual(texts(r.includeOutboundIPRanges), ['10.0.0.0/8', '2001:db8::/32']);
   assert.deepEqual(texts(r.excludeOutboundIPRanges), ['10.1.0.0/16']);
   assert.deepEqual(redirectFromPod(pod({ 'traffic.sidecar.istio.io/includeOutboundIPRanges': '' })).includeOutboundIPRanges, []);
@@ -55,11 +56,13 @@ test('outbound IP range annotations are parsed into v4 and v6 CIDRs', () => {
 });
 
 test('port annotations are parsed with spaces trimmed', () => {
-  const r = redirectFromPod(pod({
-    'traffic.sidecar.istio.io/includeInboundPorts': ' 80, 443 ',
-    'traffic.sidecar.istio.io/includeOutboundPorts': '5000',
-    'traffic.sidecar.istio.io/excludeOutboundPorts': '5555,6666',
-  }));
+  const r = redirectFromPod(
+    pod({
+      'traffic.sidecar.istio.io/includeInboundPorts': ' 80, 443 ',
+      'traffic.sidecar.istio.io/includeOutboundPorts': '5000',
+      'traffic.sidecar.istio.io/excludeOutboundPorts': '5555,6666',
+    }),
+  );
   assert.deepEqual(r.includeInboundPorts, [80, 443]);
   assert.deepEqual(r.includeOutboundPorts, [5000]);
   assert.deepEqual(r.excludeOutboundPorts, [5555, 6666], 'the annotation replaces the 15020 default');
@@ -78,11 +81,13 @@ test('exclude inbound ports always get 15020,15021,15090 appended, de-duplicated
 });
 
 test('interface annotations; reroute-virtual-interfaces wins over the deprecated kubevirt one', () => {
-  const r = redirectFromPod(pod({
-    'traffic.sidecar.istio.io/excludeInterfaces': 'eth1,net1',
-    'istio.io/reroute-virtual-interfaces': 'eth2',
-    'traffic.sidecar.istio.io/kubevirtInterfaces': 'eth3',
-  }));
+  const r = redirectFromPod(
+    pod({
+      'traffic.sidecar.istio.io/excludeInterfaces': 'eth1,net1',
+      'istio.io/reroute-virtual-interfaces': 'eth2',
+      'traffic.sidecar.istio.io/kubevirtInterfaces': 'eth3',
+    }),
+  );
   assert.deepEqual(r.excludeInterfaces, ['eth1', 'net1']);
   assert.deepEqual(r.rerouteVirtualInterfaces, ['eth2']);
   const old = redirectFromPod(pod({ 'traffic.sidecar.istio.io/kubevirtInterfaces': 'eth3,eth4' }));
@@ -94,8 +99,7 @@ test('interface annotations; reroute-virtual-interfaces wins over the deprecated
 
 test('proxy uid/gid come from istio-proxy securityContext; 0 and unset fall back to 1337', () => {
   assert.deepEqual(
-    [redirectFromPod(pod({}, { securityContext: { runAsUser: 1000670000, runAsGroup: 1000670001 } }))]
-      .map((r) => [r.proxyUid, r.proxyGid]),
+    [redirectFromPod(pod({}, { securityContext: { runAsUser: 1000670000, runAsGroup: 1000670001 } }))].map((r) => [r.proxyUid, r.proxyGid]),
     [[1000670000, 1000670001]],
   );
   const zero = redirectFromPod(pod({}, { securityContext: { runAsUser: 0, runAsGroup: 0 } }));
@@ -109,8 +113,11 @@ test('proxy uid/gid come from istio-proxy securityContext; 0 and unset fall back
 
 test('a non-integer runAsUser is rejected, naming the field', () => {
   for (const bad of [-1, 1.5, 2 ** 40, Number.NaN]) {
-    assert.throws(() => redirectFromPod(pod({}, { securityContext: { runAsUser: bad } })), (err: unknown) =>
-      err instanceof AnnotationError && err.annotation === 'istio-proxy securityContext.runAsUser' && err.value === String(bad));
+    assert.throws(
+      () => redirectFromPod(pod({}, { securityContext: { runAsUser: bad } })),
+      (err: unknown) =>
+        err instanceof AnnotationError && err.annotation === 'istio-proxy securityContext.runAsUser' && err.value === String(bad),
+    );
   }
 });
 
@@ -122,7 +129,10 @@ test('proxy env toggles DNS capture, dual stack and invalid drop; bad booleans s
   assert.equal(env('ISTIO_DUAL_STACK', 'True').dualStack, true);
   assert.equal(env('INVALID_DROP', 'T').invalidDrop, true);
   assert.equal(env('INVALID_DROP', 'false').invalidDrop, false);
-  const other: Pod = { metadata: {}, spec: { containers: [{ name: 'app', env: [{ name: 'INVALID_DROP', value: 'true' }] }, { name: 'istio-proxy' }] } };
+  const other: Pod = {
+    metadata: {},
+    spec: { containers: [{ name: 'app', env: [{ name: 'INVALID_DROP', value: 'true' }] }, { name: 'istio-proxy' }] },
+  };
   assert.equal(redirectFromPod(other).invalidDrop, false, 'only the istio-proxy env counts');
 });
 
@@ -142,20 +152,22 @@ const INVALID: ReadonlyArray<[string, string, RegExp]> = [
 
 test('every validation error names the annotation and the value', () => {
   for (const [annotation, value, reason] of INVALID) {
-    assert.throws(() => redirectFromPod(pod({ [annotation]: value })), (err: unknown) => {
-      assert.ok(err instanceof AnnotationError);
-      assert.equal(err.annotation, annotation);
-      assert.equal(err.value, value);
-      assert.ok(err.message.startsWith(`invalid annotation ${annotation}=${JSON.stringify(value)}: `), err.message);
-      assert.match(err.message, reason);
-      return true;
-    });
+    assert.throws(
+      () => redirectFromPod(pod({ [annotation]: value })),
+      (err: unknown) => {
+        assert.ok(err instanceof AnnotationError);
+        assert.equal(err.annotation, annotation);
+        assert.equal(err.value, value);
+        assert.ok(err.message.startsWith(`invalid annotation ${annotation}=${JSON.stringify(value)}: `), err.message);
+        assert.match(err.message, reason);
+        return true;
+      },
+    );
   }
 });
 
 test('the example message format', () => {
-  assert.throws(
-    () => redirectFromPod(pod({ 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.0.0.0/33' })),
-    { message: /^invalid annotation traffic\.sidecar\.istio\.io\/excludeOutboundIPRanges="10\.0\.0\.0\/33": / },
-  );
+  assert.throws(() => redirectFromPod(pod({ 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.0.0.0/33' })), {
+    message: /^invalid annotation traffic\.sidecar\.istio\.io\/excludeOutboundIPRanges="10\.0\.0\.0\/33": /,
+  });
 });

@@ -5,12 +5,14 @@ import type { Container, Pod } from '@istio-cni/capture';
 
 const STATUS = { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' };
 
-function pod(opts: {
-  containers?: Container[];
-  initContainers?: Container[];
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-} = {}): Pod {
+function pod(
+  opts: {
+    containers?: Container[];
+    initContainers?: Container[];
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  } = {},
+): Pod {
   return {
     metadata: { name: 'p', namespace: 'ns', labels: opts.labels ?? {}, annotations: opts.annotations ?? STATUS },
     spec: {
@@ -72,23 +74,36 @@ test('skips a gateway (proxy type router); short or non-proxy args are fine', ()
 test('inject=false label or annotation skips; the label wins over the annotation', () => {
   skipped(pod({ labels: { 'sidecar.istio.io/inject': 'false' } }), /inject/);
   skipped(pod({ annotations: { ...STATUS, 'sidecar.istio.io/inject': 'false' } }), /inject/);
-  assert.deepEqual(sidecarDecision(pod({
-    labels: { 'sidecar.istio.io/inject': 'true' },
-    annotations: { ...STATUS, 'sidecar.istio.io/inject': 'false' },
-  })), { redirect: true });
-  skipped(pod({
-    labels: { 'sidecar.istio.io/inject': 'false' },
-    annotations: { ...STATUS, 'sidecar.istio.io/inject': 'true' },
-  }), /inject/);
+  assert.deepEqual(
+    sidecarDecision(
+      pod({
+        labels: { 'sidecar.istio.io/inject': 'true' },
+        annotations: { ...STATUS, 'sidecar.istio.io/inject': 'false' },
+      }),
+    ),
+    { redirect: true },
+  );
+  skipped(
+    pod({
+      labels: { 'sidecar.istio.io/inject': 'false' },
+      annotations: { ...STATUS, 'sidecar.istio.io/inject': 'true' },
+    }),
+    /inject/,
+  );
 });
 
 test('non-boolean inject values are ignored', () => {
   assert.deepEqual(sidecarDecision(pod({ labels: { 'sidecar.istio.io/inject': 'disabled' } })), { redirect: true });
   // A non-bool label still shadows a false annotation, as upstream does.
-  assert.deepEqual(sidecarDecision(pod({
-    labels: { 'sidecar.istio.io/inject': 'maybe' },
-    annotations: { ...STATUS, 'sidecar.istio.io/inject': 'false' },
-  })), { redirect: true });
+  assert.deepEqual(
+    sidecarDecision(
+      pod({
+        labels: { 'sidecar.istio.io/inject': 'maybe' },
+        annotations: { ...STATUS, 'sidecar.istio.io/inject': 'false' },
+      }),
+    ),
+    { redirect: true },
+  );
 });
 
 test('skips a pod without the sidecar status annotation', () => {

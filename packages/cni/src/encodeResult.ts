@@ -38,12 +38,18 @@ function withLists(base: Json, lists: [string, unknown[]][], dns: Json): Json {
 }
 
 function encode100(result: Result, version: string): Json {
-  const interfaces = result.interfaces.map((i) =>
-    pick<ResultInterface>(i, ['name', 'mac', 'mtu', 'sandbox', 'socketPath', 'pciID']),
-  );
+  const interfaces = result.interfaces.map((i) => pick<ResultInterface>(i, ['name', 'mac', 'mtu', 'sandbox', 'socketPath', 'pciID']));
   const ips = result.ips.map((ip) => pick<ResultIPConfig>(ip, ['interface', 'address', 'gateway']));
   const routes = result.routes.map((r) => pick<ResultRoute>(r, ROUTE_KEYS));
-  return withLists({ cniVersion: version }, [['interfaces', interfaces], ['ips', ips], ['routes', routes]], dnsJson(result));
+  return withLists(
+    { cniVersion: version },
+    [
+      ['interfaces', interfaces],
+      ['ips', ips],
+      ['routes', routes],
+    ],
+    dnsJson(result),
+  );
 }
 
 function encode040(result: Result, version: string): Json {
@@ -53,7 +59,15 @@ function encode040(result: Result, version: string): Json {
     ...pick<ResultIPConfig>(ip, ['interface', 'address', 'gateway']),
   }));
   const routes = result.routes.map((r) => pick<ResultRoute>(r, ROUTE_KEYS));
-  return withLists({ cniVersion: version }, [['interfaces', interfaces], ['ips', ips], ['routes', routes]], dnsJson(result));
+  return withLists(
+    { cniVersion: version },
+    [
+      ['interfaces', interfaces],
+      ['ips', ips],
+      ['routes', routes],
+    ],
+    dnsJson(result),
+  );
 }
 
 function encode020(result: Result, version: string, fromLegacy: boolean): Json {

@@ -352,11 +352,7 @@ export function goFieldEntries(obj: Record<string, unknown>, name: string): [str
  * Decodes one `string` struct field like Go: null keeps the previous value, a
  * non-string records a type error (first one wins) and decoding continues.
  */
-export function goStringField(
-  obj: Record<string, unknown>,
-  name: string,
-  structName: string,
-): { value: string; error?: string } {
+export function goStringField(obj: Record<string, unknown>, name: string, structName: string): { value: string; error?: string } {
   let value = '';
   let error: string | undefined;
   for (const [, v] of goFieldEntries(obj, name)) {

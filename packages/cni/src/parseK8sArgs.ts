@@ -48,9 +48,7 @@ export function parseK8sArgs(cniArgs: string): K8sArgs {
       else argsError(`ARGS: error parsing value of pair ${goQuote(pair)}: Boolean unmarshal error: invalid input ${lower})`);
     } else if (key === 'CommonArgs') {
       // Go's reflection finds the embedded struct itself under this name.
-      argsError(
-        `ARGS: cannot unmarshal into field 'CommonArgs' - type '*types.CommonArgs' does not implement encoding.TextUnmarshaler`,
-      );
+      argsError(`ARGS: cannot unmarshal into field 'CommonArgs' - type '*types.CommonArgs' does not implement encoding.TextUnmarshaler`);
     } else {
       unknown.push(pair);
     }

@@ -43,10 +43,7 @@ function stringKey(raw: Record<string, unknown>, key: string, context: string): 
   const decoded = goStringField(raw, key, 'NetConf');
   if (decoded.error !== undefined) {
     const bad = goFieldEntries(raw, key).find(([, v]) => v !== null && typeof v !== 'string');
-    throw new CniError(
-      ErrorCode.DecodingFailure,
-      `${context}: field "${bad?.[0] ?? key}" must be a string, got ${goJsonKind(bad?.[1])}`,
-    );
+    throw new CniError(ErrorCode.DecodingFailure, `${context}: field "${bad?.[0] ?? key}" must be a string, got ${goJsonKind(bad?.[1])}`);
   }
   return decoded.value;
 }

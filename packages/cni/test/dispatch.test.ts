@@ -3,8 +3,15 @@ import { describe, it } from 'node:test';
 import { CniError, dispatch, ErrorCode, LATEST_VERSION, requiredEnv, SUPPORTED_VERSIONS, versionAtLeast } from '@istio-cni/cni';
 import { fakePlugin } from './fakePlugin.ts';
 
-const ENV = { CNI_CONTAINERID: 'c0ffee', CNI_NETNS: '/var/run/netns/x', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin:/usr/lib/cni', CNI_ARGS: 'K8S_POD_NAME=a' };
-const conf = (v: string, extra: Record<string, unknown> = {}) => Buffer.from(JSON.stringify({ cniVersion: v, name: 'net', type: 'istio-cni', ...extra }));
+const ENV = {
+  CNI_CONTAINERID: 'c0ffee',
+  CNI_NETNS: '/var/run/netns/x',
+  CNI_IFNAME: 'eth0',
+  CNI_PATH: '/opt/cni/bin:/usr/lib/cni',
+  CNI_ARGS: 'K8S_POD_NAME=a',
+};
+const conf = (v: string, extra: Record<string, unknown> = {}) =>
+  Buffer.from(JSON.stringify({ cniVersion: v, name: 'net', type: 'istio-cni', ...extra }));
 const error = (stdout: string) => JSON.parse(stdout) as Record<string, unknown>;
 
 describe('environment per command', () => {
@@ -25,14 +32,21 @@ describe('environment per command', () => {
         return;
       }
       assert.equal(out.exitCode, 1);
-      assert.deepEqual(error(out.stdout), { cniVersion: '1.1.0', code: 4, msg: `required env variables [${vars.slice(1).join(',')}] missing` });
+      assert.deepEqual(error(out.stdout), {
+        cniVersion: '1.1.0',
+        code: 4,
+        msg: `required env variables [${vars.slice(1).join(',')}] missing`,
+      });
     });
   }
 
   it('DEL runs without CNI_NETNS, GC and STATUS without container and interface', async () => {
     const p = fakePlugin();
     const env = { CNI_PATH: '/opt' };
-    assert.equal((await dispatch({ ...env, CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'a', CNI_IFNAME: 'eth0' }, conf('1.1.0'), p, '')).exitCode, 0);
+    assert.equal(
+      (await dispatch({ ...env, CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'a', CNI_IFNAME: 'eth0' }, conf('1.1.0'), p, '')).exitCode,
+      0,
+    );
     assert.equal((await dispatch({ ...env, CNI_COMMAND: 'GC' }, conf('1.1.0'), p, '')).exitCode, 0);
     assert.equal((await dispatch({ ...env, CNI_COMMAND: 'STATUS' }, conf('1.1.0'), p, '')).exitCode, 0);
     assert.deepEqual(p.calls, { add: 0, del: 1, check: 0, gc: 1, status: 1 });
@@ -44,7 +58,12 @@ describe('environment per command', () => {
   });
 
   it('does not validate container ID or interface for commands that do not need them', async () => {
-    const out = await dispatch({ CNI_COMMAND: 'GC', CNI_PATH: '/x', CNI_CONTAINERID: '$$', CNI_IFNAME: 'a/b' }, conf('1.1.0'), fakePlugin(), '');
+    const out = await dispatch(
+      { CNI_COMMAND: 'GC', CNI_PATH: '/x', CNI_CONTAINERID: '$$', CNI_IFNAME: 'a/b' },
+      conf('1.1.0'),
+      fakePlugin(),
+      '',
+    );
     assert.equal(out.exitCode, 0);
   });
 
@@ -78,7 +97,11 @@ describe('environment per command', () => {
 
 describe('version gates', () => {
   for (const v of SUPPORTED_VERSIONS) {
-    for (const [command, min] of [['CHECK', '0.4.0'], ['GC', '1.1.0'], ['STATUS', '1.1.0']] as const) {
+    for (const [command, min] of [
+      ['CHECK', '0.4.0'],
+      ['GC', '1.1.0'],
+      ['STATUS', '1.1.0'],
+    ] as const) {
       const allowed = versionAtLeast(v, min);
       it(`[${v}] ${command} is ${allowed ? 'allowed' : 'refused'}`, async () => {
         const p = fakePlugin();
@@ -106,7 +129,10 @@ describe('version gates', () => {
 
   it('details name the config and the supported versions', async () => {
     const out = await dispatch({ ...ENV, CNI_COMMAND: 'ADD' }, conf('0.5.0'), fakePlugin(), '');
-    assert.equal(error(out.stdout)['details'], 'config is "0.5.0", plugin supports ["0.1.0" "0.2.0" "0.3.0" "0.3.1" "0.4.0" "1.0.0" "1.1.0"]');
+    assert.equal(
+      error(out.stdout)['details'],
+      'config is "0.5.0", plugin supports ["0.1.0" "0.2.0" "0.3.0" "0.3.1" "0.4.0" "1.0.0" "1.1.0"]',
+    );
   });
 });
 
@@ -117,8 +143,16 @@ describe('output framing', () => {
   });
 
   it('ADD prints the result like json.MarshalIndent, without trailing newline, escaping <>&', async () => {
-    const out = await dispatch({ ...ENV, CNI_COMMAND: 'ADD' }, conf('1.0.0'), fakePlugin({ cniVersion: '1.0.0', dns: { domain: 'a<b>&c' }, ips: [] }), '');
-    assert.equal(out.stdout, '{\n    "cniVersion": "1.0.0",\n    "dns": {\n        "domain": "a\\u003cb\\u003e\\u0026c"\n    },\n    "ips": []\n}');
+    const out = await dispatch(
+      { ...ENV, CNI_COMMAND: 'ADD' },
+      conf('1.0.0'),
+      fakePlugin({ cniVersion: '1.0.0', dns: { domain: 'a<b>&c' }, ips: [] }),
+      '',
+    );
+    assert.equal(
+      out.stdout,
+      '{\n    "cniVersion": "1.0.0",\n    "dns": {\n        "domain": "a\\u003cb\\u003e\\u0026c"\n    },\n    "ips": []\n}',
+    );
   });
 
   it('a thrown CniError keeps its code and details', async () => {
@@ -145,7 +179,11 @@ describe('output framing', () => {
     const options = { isPluginNetns: (ns: string) => ns === '/proc/self/ns/net' };
     const env = { ...ENV, CNI_COMMAND: 'ADD', CNI_NETNS: '/proc/self/ns/net' };
     const out = await dispatch(env, conf('1.0.0'), fakePlugin(), '', options);
-    assert.deepEqual(error(out.stdout), { cniVersion: '1.0.0', code: 8, msg: "plugin's netns and netns from CNI_NETNS should not be the same" });
+    assert.deepEqual(error(out.stdout), {
+      cniVersion: '1.0.0',
+      code: 8,
+      msg: "plugin's netns and netns from CNI_NETNS should not be the same",
+    });
     assert.equal((await dispatch({ ...env, CNI_NETNS_OVERRIDE: 'true' }, conf('1.0.0'), fakePlugin(), '', options)).exitCode, 0);
     assert.equal((await dispatch({ ...env, CNI_NETNS: '/var/run/netns/pod' }, conf('1.0.0'), fakePlugin(), '', options)).exitCode, 0);
   });

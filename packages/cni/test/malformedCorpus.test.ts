@@ -20,7 +20,8 @@ describe('malformed-input corpus through dispatch', () => {
       assert.equal(err['code'], c.code, out.stdout.slice(0, 500));
       assert.equal(typeof err['msg'], 'string');
       assert.ok((err['msg'] as string).length > 0);
-      if (c.msg !== undefined) assert.ok((err['msg'] as string).includes(c.msg), `msg ${JSON.stringify(err['msg'])} lacks ${JSON.stringify(c.msg)}`);
+      if (c.msg !== undefined)
+        assert.ok((err['msg'] as string).includes(c.msg), `msg ${JSON.stringify(err['msg'])} lacks ${JSON.stringify(c.msg)}`);
       assert.equal(typeof err['cniVersion'], 'string');
       assert.deepEqual(Object.keys(err).slice(0, 3), ['cniVersion', 'code', 'msg']);
       assert.doesNotMatch(out.stdout, /\n\s+at /, 'no stack trace');

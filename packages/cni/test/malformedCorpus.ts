@@ -52,8 +52,20 @@ const REQUIRED: Record<string, string[]> = {
 for (const [command, vars] of Object.entries(REQUIRED)) {
   const stdin = command === 'GC' || command === 'STATUS' ? conf({}, '1.1.0') : GOOD;
   for (const name of vars) {
-    add({ name: `${command} without ${name}`, env: envFor(command, { [name]: undefined }), stdin, code: ErrorCode.InvalidEnvironment, msg: name });
-    add({ name: `${command} with empty ${name}`, env: envFor(command, { [name]: '' }), stdin, code: ErrorCode.InvalidEnvironment, msg: name });
+    add({
+      name: `${command} without ${name}`,
+      env: envFor(command, { [name]: undefined }),
+      stdin,
+      code: ErrorCode.InvalidEnvironment,
+      msg: name,
+    });
+    add({
+      name: `${command} with empty ${name}`,
+      env: envFor(command, { [name]: '' }),
+      stdin,
+      code: ErrorCode.InvalidEnvironment,
+      msg: name,
+    });
   }
 }
 add({
@@ -64,13 +76,25 @@ add({
   msg: 'required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME,CNI_PATH] missing',
 });
 for (const command of ['add', 'FOO', 'GET', ' ADD', 'ADD ', 'DELETE', 'version']) {
-  add({ name: `unknown command ${JSON.stringify(command)}`, env: envFor(command), stdin: GOOD, code: ErrorCode.InvalidEnvironment, msg: 'unknown CNI_COMMAND' });
+  add({
+    name: `unknown command ${JSON.stringify(command)}`,
+    env: envFor(command),
+    stdin: GOOD,
+    code: ErrorCode.InvalidEnvironment,
+    msg: 'unknown CNI_COMMAND',
+  });
 }
 
 // Container IDs the reference validation rejects.
 for (const id of ['-abc', '.abc', '_abc', 'a b', 'a/b', 'a;b', 'a:b', 'abc$', 'caf\u00e9', 'a\nb', '../../etc']) {
   for (const command of ['ADD', 'DEL']) {
-    add({ name: `${command} with container ID ${JSON.stringify(id)}`, env: envFor(command, { CNI_CONTAINERID: id }), stdin: GOOD, code: ErrorCode.InvalidEnvironment, msg: 'invalid characters in containerID' });
+    add({
+      name: `${command} with container ID ${JSON.stringify(id)}`,
+      env: envFor(command, { CNI_CONTAINERID: id }),
+      stdin: GOOD,
+      code: ErrorCode.InvalidEnvironment,
+      msg: 'invalid characters in containerID',
+    });
   }
 }
 
@@ -88,16 +112,43 @@ const IFNAMES: [string, string][] = [
   ['\u00a0eth0', 'contains / or : or whitespace'],
 ];
 for (const [ifName, msg] of IFNAMES) {
-  add({ name: `ADD with interface name ${JSON.stringify(ifName)}`, env: envFor('ADD', { CNI_IFNAME: ifName }), stdin: GOOD, code: ErrorCode.InvalidEnvironment, msg });
+  add({
+    name: `ADD with interface name ${JSON.stringify(ifName)}`,
+    env: envFor('ADD', { CNI_IFNAME: ifName }),
+    stdin: GOOD,
+    code: ErrorCode.InvalidEnvironment,
+    msg,
+  });
 }
-add({ name: 'CHECK with interface name "eth/0"', env: envFor('CHECK', { CNI_IFNAME: 'eth/0' }), stdin: GOOD, code: ErrorCode.InvalidEnvironment });
-add({ name: 'DEL with a 16-byte interface name', env: envFor('DEL', { CNI_IFNAME: 'x'.repeat(16) }), stdin: GOOD, code: ErrorCode.InvalidEnvironment });
+add({
+  name: 'CHECK with interface name "eth/0"',
+  env: envFor('CHECK', { CNI_IFNAME: 'eth/0' }),
+  stdin: GOOD,
+  code: ErrorCode.InvalidEnvironment,
+});
+add({
+  name: 'DEL with a 16-byte interface name',
+  env: envFor('DEL', { CNI_IFNAME: 'x'.repeat(16) }),
+  stdin: GOOD,
+  code: ErrorCode.InvalidEnvironment,
+});
 
 // Bogus netns paths: skel never looks at the path before its version checks,
 // so these must still be refused for the config, never reach the handler.
 for (const netns of ['not-a-path', '/proc/self/ns/net\u00e9', ' ', '/dev/null', 'x'.repeat(5000)]) {
-  add({ name: `CHECK at 0.3.1 with netns ${JSON.stringify(netns.slice(0, 24))}`, env: envFor('CHECK', { CNI_NETNS: netns }), stdin: conf({}, '0.3.1'), code: ErrorCode.IncompatibleVersion, msg: 'config version does not allow CHECK' });
-  add({ name: `ADD with netns ${JSON.stringify(netns.slice(0, 24))} and no JSON`, env: envFor('ADD', { CNI_NETNS: netns }), stdin: Buffer.from('netns'), code: ErrorCode.DecodingFailure });
+  add({
+    name: `CHECK at 0.3.1 with netns ${JSON.stringify(netns.slice(0, 24))}`,
+    env: envFor('CHECK', { CNI_NETNS: netns }),
+    stdin: conf({}, '0.3.1'),
+    code: ErrorCode.IncompatibleVersion,
+    msg: 'config version does not allow CHECK',
+  });
+  add({
+    name: `ADD with netns ${JSON.stringify(netns.slice(0, 24))} and no JSON`,
+    env: envFor('ADD', { CNI_NETNS: netns }),
+    stdin: Buffer.from('netns'),
+    code: ErrorCode.DecodingFailure,
+  });
 }
 
 // Stdin that is not a JSON object.
@@ -107,7 +158,12 @@ const NOT_JSON: [string, Buffer, number, string][] = [
   ['plain text', Buffer.from('hello'), ErrorCode.DecodingFailure, "invalid character 'h' looking for beginning of value"],
   ['truncated object', Buffer.from('{"cniVersion":"1.0.0","name":"k8s'), ErrorCode.DecodingFailure, 'unexpected end of JSON input'],
   ['truncated after colon', Buffer.from('{"cniVersion":"1.0.0","name":'), ErrorCode.DecodingFailure, 'unexpected end of JSON input'],
-  ['trailing comma', Buffer.from('{"name":"n",}'), ErrorCode.DecodingFailure, "invalid character '}' looking for beginning of object key string"],
+  [
+    'trailing comma',
+    Buffer.from('{"name":"n",}'),
+    ErrorCode.DecodingFailure,
+    "invalid character '}' looking for beginning of object key string",
+  ],
   ['single quotes', Buffer.from("{'name':'n'}"), ErrorCode.DecodingFailure, 'looking for beginning of object key string'],
   ['unquoted key', Buffer.from('{name:"n"}'), ErrorCode.DecodingFailure, 'looking for beginning of object key string'],
   ['trailing garbage', Buffer.from('{"name":"n"} x'), ErrorCode.DecodingFailure, "invalid character 'x' after top-level value"],
@@ -130,44 +186,135 @@ const NOT_JSON: [string, Buffer, number, string][] = [
   ['top-level null', Buffer.from('null'), ErrorCode.InvalidNetworkConfig, 'missing network name'],
   ['empty object', Buffer.from('{}'), ErrorCode.InvalidNetworkConfig, 'missing network name'],
   ['array nesting past 10000', Buffer.from('['.repeat(10001)), ErrorCode.DecodingFailure, 'exceeded max depth'],
-  ['object nesting past 10000 inside a config', Buffer.from('{"name":"n","x":' + '{"a":'.repeat(10000) + '1' + '}'.repeat(10001)), ErrorCode.DecodingFailure, 'exceeded max depth'],
-  ['8 MiB unterminated string', Buffer.concat([Buffer.from('{"name":"n","pad":"'), Buffer.alloc(8 * 1024 * 1024, 0x61)]), ErrorCode.DecodingFailure, 'unexpected end of JSON input'],
-  ['8 MiB valid config of an unknown version', conf({ pad: 'a'.repeat(8 * 1024 * 1024) }, '9.9.9'), ErrorCode.IncompatibleVersion, 'incompatible CNI versions'],
+  [
+    'object nesting past 10000 inside a config',
+    Buffer.from('{"name":"n","x":' + '{"a":'.repeat(10000) + '1' + '}'.repeat(10001)),
+    ErrorCode.DecodingFailure,
+    'exceeded max depth',
+  ],
+  [
+    '8 MiB unterminated string',
+    Buffer.concat([Buffer.from('{"name":"n","pad":"'), Buffer.alloc(8 * 1024 * 1024, 0x61)]),
+    ErrorCode.DecodingFailure,
+    'unexpected end of JSON input',
+  ],
+  [
+    '8 MiB valid config of an unknown version',
+    conf({ pad: 'a'.repeat(8 * 1024 * 1024) }, '9.9.9'),
+    ErrorCode.IncompatibleVersion,
+    'incompatible CNI versions',
+  ],
 ];
 for (const [name, stdin, code, msg] of NOT_JSON) add({ name, env: envFor('ADD'), stdin, code, msg });
 add({ name: 'DEL with empty stdin', env: envFor('DEL'), stdin: Buffer.alloc(0), code: ErrorCode.DecodingFailure });
 add({ name: 'CHECK with plain text', env: envFor('CHECK'), stdin: Buffer.from('check'), code: ErrorCode.DecodingFailure });
 add({ name: 'GC with truncated JSON', env: envFor('GC'), stdin: Buffer.from('{"cniVersion":"1.1.0"'), code: ErrorCode.DecodingFailure });
 add({ name: 'STATUS with empty stdin', env: envFor('STATUS'), stdin: Buffer.alloc(0), code: ErrorCode.DecodingFailure });
-add({ name: 'unknown command with bad JSON reports the JSON first', env: envFor('FOO'), stdin: Buffer.from('{'), code: ErrorCode.DecodingFailure });
+add({
+  name: 'unknown command with bad JSON reports the JSON first',
+  env: envFor('FOO'),
+  stdin: Buffer.from('{'),
+  code: ErrorCode.DecodingFailure,
+});
 
 // Wrong types and values for each standard field.
-const WRONG: [string, unknown][] = [['number', 7], ['bool', true], ['array', ['x']], ['object', { a: 1 }]];
+const WRONG: [string, unknown][] = [
+  ['number', 7],
+  ['bool', true],
+  ['array', ['x']],
+  ['object', { a: 1 }],
+];
 for (const [kind, value] of WRONG) {
-  add({ name: `name as ${kind}`, env: envFor('ADD'), stdin: Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: value, type: 'istio-cni' })), code: ErrorCode.DecodingFailure, msg: `cannot unmarshal ${kind}` });
-  add({ name: `cniVersion as ${kind}`, env: envFor('ADD'), stdin: conf({ cniVersion: value }), code: ErrorCode.DecodingFailure, msg: `cannot unmarshal ${kind}` });
+  add({
+    name: `name as ${kind}`,
+    env: envFor('ADD'),
+    stdin: Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: value, type: 'istio-cni' })),
+    code: ErrorCode.DecodingFailure,
+    msg: `cannot unmarshal ${kind}`,
+  });
+  add({
+    name: `cniVersion as ${kind}`,
+    env: envFor('ADD'),
+    stdin: conf({ cniVersion: value }),
+    code: ErrorCode.DecodingFailure,
+    msg: `cannot unmarshal ${kind}`,
+  });
   add({ name: `type as ${kind}`, env: envFor('ADD'), stdin: conf({ type: value }), code: ErrorCode.DecodingFailure, msg: 'type' });
 }
 for (const name of ['', '-net', 'my net', 'net/0', 'n\u00e9t', '.hidden']) {
   add({ name: `network name ${JSON.stringify(name)}`, env: envFor('ADD'), stdin: conf({ name }), code: ErrorCode.InvalidNetworkConfig });
 }
-add({ name: 'name null', env: envFor('ADD'), stdin: conf({ name: null }), code: ErrorCode.InvalidNetworkConfig, msg: 'missing network name' });
+add({
+  name: 'name null',
+  env: envFor('ADD'),
+  stdin: conf({ name: null }),
+  code: ErrorCode.InvalidNetworkConfig,
+  msg: 'missing network name',
+});
 
 // Versions.
 for (const v of ['9.9.9', '1.0', '1.2.0', '0.5.0', 'a.b.c', '1.0.0.0', 'v1.0.0', ' 1.0.0', '1.0.0-rc1']) {
-  add({ name: `ADD at cniVersion ${JSON.stringify(v)}`, env: envFor('ADD'), stdin: conf({}, v), code: ErrorCode.IncompatibleVersion, msg: 'incompatible CNI versions' });
+  add({
+    name: `ADD at cniVersion ${JSON.stringify(v)}`,
+    env: envFor('ADD'),
+    stdin: conf({}, v),
+    code: ErrorCode.IncompatibleVersion,
+    msg: 'incompatible CNI versions',
+  });
 }
 add({ name: 'DEL at cniVersion "2.0.0"', env: envFor('DEL'), stdin: conf({}, '2.0.0'), code: ErrorCode.IncompatibleVersion });
 for (const v of ['', '0.1.0', '0.2.0', '0.3.0', '0.3.1']) {
-  add({ name: `CHECK at cniVersion ${JSON.stringify(v)}`, env: envFor('CHECK'), stdin: conf({}, v), code: ErrorCode.IncompatibleVersion, msg: 'config version does not allow CHECK' });
+  add({
+    name: `CHECK at cniVersion ${JSON.stringify(v)}`,
+    env: envFor('CHECK'),
+    stdin: conf({}, v),
+    code: ErrorCode.IncompatibleVersion,
+    msg: 'config version does not allow CHECK',
+  });
 }
-add({ name: 'CHECK at cniVersion "a.b.c"', env: envFor('CHECK'), stdin: conf({}, 'a.b.c'), code: ErrorCode.DecodingFailure, msg: 'failed to convert major version part "a"' });
-add({ name: 'CHECK at cniVersion "1.0.0.0"', env: envFor('CHECK'), stdin: conf({}, '1.0.0.0'), code: ErrorCode.DecodingFailure, msg: 'too many parts' });
-add({ name: 'CHECK at cniVersion "2.0.0"', env: envFor('CHECK'), stdin: conf({}, '2.0.0'), code: ErrorCode.IncompatibleVersion, msg: 'plugin version does not allow CHECK' });
-add({ name: 'CHECK at cniVersion "0.5.0"', env: envFor('CHECK'), stdin: conf({}, '0.5.0'), code: ErrorCode.IncompatibleVersion, msg: 'incompatible CNI versions' });
+add({
+  name: 'CHECK at cniVersion "a.b.c"',
+  env: envFor('CHECK'),
+  stdin: conf({}, 'a.b.c'),
+  code: ErrorCode.DecodingFailure,
+  msg: 'failed to convert major version part "a"',
+});
+add({
+  name: 'CHECK at cniVersion "1.0.0.0"',
+  env: envFor('CHECK'),
+  stdin: conf({}, '1.0.0.0'),
+  code: ErrorCode.DecodingFailure,
+  msg: 'too many parts',
+});
+add({
+  name: 'CHECK at cniVersion "2.0.0"',
+  env: envFor('CHECK'),
+  stdin: conf({}, '2.0.0'),
+  code: ErrorCode.IncompatibleVersion,
+  msg: 'plugin version does not allow CHECK',
+});
+add({
+  name: 'CHECK at cniVersion "0.5.0"',
+  env: envFor('CHECK'),
+  stdin: conf({}, '0.5.0'),
+  code: ErrorCode.IncompatibleVersion,
+  msg: 'incompatible CNI versions',
+});
 for (const v of ['1.0.0', '0.4.0', '0.1.0']) {
-  add({ name: `GC at cniVersion ${v}`, env: envFor('GC'), stdin: conf({}, v), code: ErrorCode.IncompatibleVersion, msg: 'config version does not allow GC' });
-  add({ name: `STATUS at cniVersion ${v}`, env: envFor('STATUS'), stdin: conf({}, v), code: ErrorCode.IncompatibleVersion, msg: 'config version does not allow STATUS' });
+  add({
+    name: `GC at cniVersion ${v}`,
+    env: envFor('GC'),
+    stdin: conf({}, v),
+    code: ErrorCode.IncompatibleVersion,
+    msg: 'config version does not allow GC',
+  });
+  add({
+    name: `STATUS at cniVersion ${v}`,
+    env: envFor('STATUS'),
+    stdin: conf({}, v),
+    code: ErrorCode.IncompatibleVersion,
+    msg: 'config version does not allow STATUS',
+  });
 }
 add({ name: 'GC at cniVersion "x"', env: envFor('GC'), stdin: conf({}, 'x'), code: ErrorCode.DecodingFailure });
 
@@ -194,8 +341,20 @@ const PREV: [string, unknown, string][] = [
 for (const [name, prevResult, msg] of PREV) {
   add({ name: `prevResult ${name}`, env: envFor('ADD'), stdin: conf({ prevResult }), code: ErrorCode.DecodingFailure, msg });
 }
-add({ name: 'prevResult 0.4.0 with ip version "5"', env: envFor('ADD'), stdin: conf({ prevResult: { cniVersion: '0.4.0', ips: [{ version: '5', address: '10.0.0.3/24' }] } }, '0.4.0'), code: ErrorCode.DecodingFailure, msg: 'ips[0].version' });
-add({ name: 'prevResult 0.2.0 with ip4 holding IPv6', env: envFor('ADD'), stdin: conf({ prevResult: { cniVersion: '0.2.0', ip4: { ip: 'fd00::3/64' } } }, '0.2.0'), code: ErrorCode.DecodingFailure, msg: 'ip4.ip' });
+add({
+  name: 'prevResult 0.4.0 with ip version "5"',
+  env: envFor('ADD'),
+  stdin: conf({ prevResult: { cniVersion: '0.4.0', ips: [{ version: '5', address: '10.0.0.3/24' }] } }, '0.4.0'),
+  code: ErrorCode.DecodingFailure,
+  msg: 'ips[0].version',
+});
+add({
+  name: 'prevResult 0.2.0 with ip4 holding IPv6',
+  env: envFor('ADD'),
+  stdin: conf({ prevResult: { cniVersion: '0.2.0', ip4: { ip: 'fd00::3/64' } } }, '0.2.0'),
+  code: ErrorCode.DecodingFailure,
+  msg: 'ip4.ip',
+});
 
 /** The corpus; the 8 MiB inputs make it ~25 MB in memory. */
 export const malformedCorpus: readonly MalformedCase[] = cases;

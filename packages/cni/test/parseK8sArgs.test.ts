@@ -43,7 +43,10 @@ describe('parseK8sArgs (types.LoadArgs into K8sArgs)', () => {
   const MALFORMED = ['K8S_POD_NAME', 'K8S_POD_NAME=a=b', 'K8S_POD_NAME=a;', ';K8S_POD_NAME=a', 'a;;b', '='.repeat(2)];
   for (const args of MALFORMED) {
     it(`rejects the malformed pair list ${JSON.stringify(args)}`, () => {
-      assert.throws(() => parseK8sArgs(args), (e: unknown) => e instanceof CniError && e.code === ErrorCode.Internal && e.message.startsWith('ARGS: invalid pair '));
+      assert.throws(
+        () => parseK8sArgs(args),
+        (e: unknown) => e instanceof CniError && e.code === ErrorCode.Internal && e.message.startsWith('ARGS: invalid pair '),
+      );
     });
   }
 

@@ -40,7 +40,10 @@ describe('parseNetConf', () => {
   });
 
   it('names a wrongly typed standard key (code 6)', () => {
-    assert.throws(() => parseNetConf('{"name":"n","type":5}'), isCode(6, 'error parsing network configuration: field "type" must be a string, got number'));
+    assert.throws(
+      () => parseNetConf('{"name":"n","type":5}'),
+      isCode(6, 'error parsing network configuration: field "type" must be a string, got number'),
+    );
   });
 
   it('requires a name (code 7)', () => {
@@ -54,7 +57,10 @@ describe('parseNetConf', () => {
 
   it('requires the prevResult cniVersion unless told to take the config one', () => {
     const text = JSON.stringify({ cniVersion: '1.0.0', name: 'n', prevResult: { ips: [{ address: '10.0.0.2/24' }] } });
-    assert.throws(() => parseNetConf(text), isCode(6, 'could not parse prevResult: result type supports [1.0.0 1.1.0] but unmarshalled CNIVersion is ""'));
+    assert.throws(
+      () => parseNetConf(text),
+      isCode(6, 'could not parse prevResult: result type supports [1.0.0 1.1.0] but unmarshalled CNIVersion is ""'),
+    );
     assert.equal(parseNetConf(text, { prevResultVersionFromConfig: true }).prevResult?.cniVersion, '1.0.0');
   });
 
@@ -65,8 +71,20 @@ describe('parseNetConf', () => {
 
 describe('validAttachments (GC, cni.dev/valid-attachments)', () => {
   it('reads the list', () => {
-    const conf = parseNetConf(JSON.stringify({ cniVersion: '1.1.0', name: 'n', 'cni.dev/valid-attachments': [{ containerID: 'a', ifname: 'eth0' }, { containerID: 'b', ifname: 'net1' }] }));
-    assert.deepEqual(validAttachments(conf), [{ containerId: 'a', ifName: 'eth0' }, { containerId: 'b', ifName: 'net1' }]);
+    const conf = parseNetConf(
+      JSON.stringify({
+        cniVersion: '1.1.0',
+        name: 'n',
+        'cni.dev/valid-attachments': [
+          { containerID: 'a', ifname: 'eth0' },
+          { containerID: 'b', ifname: 'net1' },
+        ],
+      }),
+    );
+    assert.deepEqual(validAttachments(conf), [
+      { containerId: 'a', ifName: 'eth0' },
+      { containerId: 'b', ifName: 'net1' },
+    ]);
   });
   it('is empty when absent', () => {
     assert.deepEqual(validAttachments(parseNetConf('{"name":"n"}')), []);
@@ -95,8 +113,18 @@ describe('parseConfList', () => {
     ['no plugins', { name: 'n' }, 7, "error parsing configuration list: no 'plugins' key"],
     ['plugins as object', { name: 'n', plugins: {} }, 7, "error parsing configuration list: invalid 'plugins' type object"],
     ['an empty plugin list', { name: 'n', plugins: [] }, 7, 'error parsing configuration list: no plugins in list'],
-    ['a plugin without type', { name: 'n', plugins: [{}] }, 7, "error parsing configuration list: failed to parse plugin config 0: missing 'type'"],
-    ['a bad disableCheck', { name: 'n', disableCheck: 'maybe', plugins: [{ type: 'a' }] }, 7, 'error parsing configuration list: invalid disableCheck value "maybe"'],
+    [
+      'a plugin without type',
+      { name: 'n', plugins: [{}] },
+      7,
+      "error parsing configuration list: failed to parse plugin config 0: missing 'type'",
+    ],
+    [
+      'a bad disableCheck',
+      { name: 'n', disableCheck: 'maybe', plugins: [{ type: 'a' }] },
+      7,
+      'error parsing configuration list: invalid disableCheck value "maybe"',
+    ],
   ];
   for (const [name, json, code, msg] of BAD) {
     it(`rejects ${name}`, () => assert.throws(() => parseConfList(JSON.stringify(json)), isCode(code, msg)));
@@ -119,7 +147,10 @@ describe('name validation (pkg/utils)', () => {
     validateInterfaceName('eth0');
     validateInterfaceName('a'.repeat(15));
     validateInterfaceName('eth\ufeff0'); // not a space for Go's unicode.IsSpace
-    assert.throws(() => validateInterfaceName('a'.repeat(16)), (e: unknown) => e instanceof CniError && e.details === 'interface name should be less than 16 characters');
+    assert.throws(
+      () => validateInterfaceName('a'.repeat(16)),
+      (e: unknown) => e instanceof CniError && e.details === 'interface name should be less than 16 characters',
+    );
     assert.throws(() => validateInterfaceName('eth\u00850'), isCode(4, 'interface name contains / or : or whitespace characters'));
   });
 });

@@ -15,7 +15,14 @@ function sample(version: string): Json {
     return {
       cniVersion: version,
       interfaces: [
-        { name: 'eth0', mac: '0a:58:0a:01:00:05', mtu: 1450, sandbox: '/var/run/netns/pod', socketPath: '/run/vhost.sock', pciID: '0000:00:01.0' },
+        {
+          name: 'eth0',
+          mac: '0a:58:0a:01:00:05',
+          mtu: 1450,
+          sandbox: '/var/run/netns/pod',
+          socketPath: '/run/vhost.sock',
+          pciID: '0000:00:01.0',
+        },
         { name: 'veth1' },
       ],
       ips: [
@@ -116,14 +123,21 @@ describe('result conversion edge cases', () => {
     for (const to of ['0.1.0', '0.2.0']) {
       it(`[${from} → ${to}] fails without any IP address`, () => {
         const result = parseResult({ cniVersion: from, interfaces: [{ name: 'eth0' }] });
-        assert.throws(() => encodeResult(result, to), (e: unknown) => e instanceof CniError && e.code === ErrorCode.Internal && e.message === 'cannot convert: no valid IP addresses');
+        assert.throws(
+          () => encodeResult(result, to),
+          (e: unknown) => e instanceof CniError && e.code === ErrorCode.Internal && e.message === 'cannot convert: no valid IP addresses',
+        );
       });
     }
   }
 
   it('[0.2.0 → 0.1.0] keeps route extras within the legacy schema', () => {
     const r = parseResult({ cniVersion: '0.2.0', ip4: { ip: '10.0.0.2/24', routes: [{ dst: '0.0.0.0/0', mtu: 1400 }] } });
-    assert.deepEqual(encodeResult(r, '0.1.0'), { cniVersion: '0.1.0', ip4: { ip: '10.0.0.2/24', routes: [{ dst: '0.0.0.0/0', mtu: 1400 }] }, dns: {} });
+    assert.deepEqual(encodeResult(r, '0.1.0'), {
+      cniVersion: '0.1.0',
+      ip4: { ip: '10.0.0.2/24', routes: [{ dst: '0.0.0.0/0', mtu: 1400 }] },
+      dns: {},
+    });
   });
 
   it('[0.1.0] an empty legacy result stays empty', () => {
@@ -132,12 +146,20 @@ describe('result conversion edge cases', () => {
 
   it('[1.1.0 → 0.2.0] drops a route whose family has no address', () => {
     const r = parseResult({ cniVersion: '1.1.0', ips: [{ address: '10.0.0.2/24' }], routes: [{ dst: '::/0' }, { dst: '0.0.0.0/0' }] });
-    assert.deepEqual(encodeResult(r, '0.2.0'), { cniVersion: '0.2.0', ip4: { ip: '10.0.0.2/24', routes: [{ dst: '0.0.0.0/0' }] }, dns: {} });
+    assert.deepEqual(encodeResult(r, '0.2.0'), {
+      cniVersion: '0.2.0',
+      ip4: { ip: '10.0.0.2/24', routes: [{ dst: '0.0.0.0/0' }] },
+      dns: {},
+    });
   });
 
   it('[1.0.0 → 0.4.0] interface index 0 is kept, not treated as empty', () => {
     const r = parseResult({ cniVersion: '1.0.0', ips: [{ interface: 0, address: '10.0.0.2/24' }] });
-    assert.deepEqual(encodeResult(r, '0.4.0'), { cniVersion: '0.4.0', ips: [{ version: '4', interface: 0, address: '10.0.0.2/24' }], dns: {} });
+    assert.deepEqual(encodeResult(r, '0.4.0'), {
+      cniVersion: '0.4.0',
+      ips: [{ version: '4', interface: 0, address: '10.0.0.2/24' }],
+      dns: {},
+    });
   });
 
   it('[1.1.0 → 1.0.0] keeps 1.1 interface and route fields (the reference library shares one type)', () => {
@@ -155,13 +177,23 @@ describe('result conversion edge cases', () => {
       ],
       routes: [{ dst: 'fe80:0:0:0:0:0:0:0/10', gw: '0:0:0:0:0:0:0:1' }],
     });
-    assert.deepEqual(r.ips, [{ address: '2001:db8::1/64', gateway: '2001:db8::1:0:0:1' }, { address: '10.0.0.9/24' }, { address: '10.0.0.7/8' }]);
+    assert.deepEqual(r.ips, [
+      { address: '2001:db8::1/64', gateway: '2001:db8::1:0:0:1' },
+      { address: '10.0.0.9/24' },
+      { address: '10.0.0.7/8' },
+    ]);
     assert.deepEqual(r.routes, [{ dst: 'fe80::/10', gw: '::1' }]);
     assert.equal((encodeResult(r, '0.4.0')['ips'] as Json[])[1]?.['version'], '4');
   });
 
   it('leaves out empty lists and zero values, keeps dns as {}', () => {
-    const r = parseResult({ cniVersion: '1.0.0', interfaces: [], ips: [], routes: [{ dst: '0.0.0.0/0', mtu: 0, gw: '' }], dns: { nameservers: [], domain: '' } });
+    const r = parseResult({
+      cniVersion: '1.0.0',
+      interfaces: [],
+      ips: [],
+      routes: [{ dst: '0.0.0.0/0', mtu: 0, gw: '' }],
+      dns: { nameservers: [], domain: '' },
+    });
     assert.deepEqual(encodeResult(r, '1.0.0'), { cniVersion: '1.0.0', routes: [{ dst: '0.0.0.0/0' }], dns: {} });
   });
 
@@ -191,18 +223,49 @@ describe('parseResult schema selection and validation', () => {
   const BAD: [string, unknown, string][] = [
     ['a non-object', [], 'result: expected an object, got array'],
     ['cniVersion as number', { cniVersion: 1 }, 'cniVersion: expected a string, got number'],
-    ['a bad ips[1].address', { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/24' }, { address: '10.0.0.1/33' }] }, 'ips[1].address: invalid CIDR address: 10.0.0.1/33'],
-    ['a zone in an address', { cniVersion: '1.0.0', ips: [{ address: 'fe80::1%eth0/64' }] }, 'ips[0].address: invalid CIDR address: fe80::1%eth0/64'],
-    ['a leading-zero octet', { cniVersion: '1.0.0', ips: [{ address: '010.0.0.1/24' }] }, 'ips[0].address: invalid CIDR address: 010.0.0.1/24'],
-    ['a bad gateway', { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/24', gateway: '10.0.0' }] }, 'ips[0].gateway: invalid IP address: 10.0.0'],
-    ['a mislabelled 0.4.0 version', { cniVersion: '0.4.0', ips: [{ version: '6', address: '10.0.0.1/24' }] }, 'ips[0].version: "6" does not match address 10.0.0.1/24'],
-    ['a route table as string', { cniVersion: '1.1.0', routes: [{ dst: '0.0.0.0/0', table: 'main' }] }, 'routes[0].table: expected an integer, got string "main"'],
-    ['an ip6 route in ip4', { cniVersion: '0.2.0', ip4: { ip: '10.0.0.2/24', routes: [{ dst: '::/0' }] } }, 'ip4.routes[0].dst: ::/0 is not an IPv4 route'],
+    [
+      'a bad ips[1].address',
+      { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/24' }, { address: '10.0.0.1/33' }] },
+      'ips[1].address: invalid CIDR address: 10.0.0.1/33',
+    ],
+    [
+      'a zone in an address',
+      { cniVersion: '1.0.0', ips: [{ address: 'fe80::1%eth0/64' }] },
+      'ips[0].address: invalid CIDR address: fe80::1%eth0/64',
+    ],
+    [
+      'a leading-zero octet',
+      { cniVersion: '1.0.0', ips: [{ address: '010.0.0.1/24' }] },
+      'ips[0].address: invalid CIDR address: 010.0.0.1/24',
+    ],
+    [
+      'a bad gateway',
+      { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/24', gateway: '10.0.0' }] },
+      'ips[0].gateway: invalid IP address: 10.0.0',
+    ],
+    [
+      'a mislabelled 0.4.0 version',
+      { cniVersion: '0.4.0', ips: [{ version: '6', address: '10.0.0.1/24' }] },
+      'ips[0].version: "6" does not match address 10.0.0.1/24',
+    ],
+    [
+      'a route table as string',
+      { cniVersion: '1.1.0', routes: [{ dst: '0.0.0.0/0', table: 'main' }] },
+      'routes[0].table: expected an integer, got string "main"',
+    ],
+    [
+      'an ip6 route in ip4',
+      { cniVersion: '0.2.0', ip4: { ip: '10.0.0.2/24', routes: [{ dst: '::/0' }] } },
+      'ip4.routes[0].dst: ::/0 is not an IPv4 route',
+    ],
     ['dns.domain as list', { cniVersion: '1.0.0', dns: { domain: [] } }, 'dns.domain: expected a string, got array'],
   ];
   for (const [name, json, msg] of BAD) {
     it(`rejects ${name} naming the field (code 6)`, () => {
-      assert.throws(() => parseResult(json), (e: unknown) => e instanceof CniError && e.code === ErrorCode.DecodingFailure && e.message === msg);
+      assert.throws(
+        () => parseResult(json),
+        (e: unknown) => e instanceof CniError && e.code === ErrorCode.DecodingFailure && e.message === msg,
+      );
     });
   }
 });

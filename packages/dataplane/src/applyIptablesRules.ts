@@ -152,7 +152,13 @@ export async function canonicalIptablesState(
   return state;
 }
 
-async function restore(runner: CommandRunner, backend: IptablesBackend, family: IptablesFamily, netns: string, stdin: string): Promise<void> {
+async function restore(
+  runner: CommandRunner,
+  backend: IptablesBackend,
+  family: IptablesFamily,
+  netns: string,
+  stdin: string,
+): Promise<void> {
   const argv = [backend.binaries[family].restore, '--noflush'];
   if (!backend.nfTables && versionAtLeast(backend.version, 1, 6, 2)) argv.push('--wait=30');
   await runner.run(argv, { ...xtablesRunOptions(backend, netns), stdin });

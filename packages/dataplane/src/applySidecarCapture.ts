@@ -1,4 +1,10 @@
-import { type ApplyIptablesResult, type ApplyOutcome, applyIptablesRules, type IptablesDocuments, verifyIptablesRules } from './applyIptablesRules.ts';
+import {
+  type ApplyIptablesResult,
+  type ApplyOutcome,
+  applyIptablesRules,
+  type IptablesDocuments,
+  verifyIptablesRules,
+} from './applyIptablesRules.ts';
 import { applyNftRules, verifyNftRules } from './applyNftRules.ts';
 import type { CommandRunner } from './commandRunner.ts';
 import { configureTproxyRoutes } from './configureTproxyRoutes.ts';
@@ -8,9 +14,7 @@ import type { IptablesState } from './iptablesState.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
 
 /** Rendered capture rules for one pod: iptables-restore documents or one nft script. */
-export type SidecarRulePlan =
-  | { backend: 'iptables'; documents: IptablesDocuments }
-  | { backend: 'nft'; script: string };
+export type SidecarRulePlan = { backend: 'iptables'; documents: IptablesDocuments } | { backend: 'nft'; script: string };
 
 export interface SidecarCaptureDeps {
   runner: CommandRunner;
@@ -84,7 +88,10 @@ export interface VerifySidecarCaptureOptions {
 export async function verifySidecarCapture(deps: SidecarCaptureDeps, options: VerifySidecarCaptureOptions): Promise<string[]> {
   const plan = options.plan;
   if (plan.backend === 'nft') {
-    return verifyNftRules({ runner: deps.runner, openScratchNetns: deps.openScratchNetns, ...cache('nft', deps) }, { netns: options.netns, script: plan.script });
+    return verifyNftRules(
+      { runner: deps.runner, openScratchNetns: deps.openScratchNetns, ...cache('nft', deps) },
+      { netns: options.netns, script: plan.script },
+    );
   }
   const backend = options.iptablesBackend ?? (await detectIptablesBackend(deps.runner, { netns: options.netns }));
   return verifyIptablesRules(

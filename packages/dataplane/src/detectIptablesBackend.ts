@@ -77,10 +77,7 @@ export function hasIptablesRules(saveOutput: string): boolean {
  * probe created that table, which then made the next detection believe legacy was in use.
  * Likewise "existing rules" means real rules or user chains, not the line count of empty tables.
  */
-export async function detectIptablesBackend(
-  runner: CommandRunner,
-  options: DetectIptablesBackendOptions = {},
-): Promise<IptablesBackend> {
+export async function detectIptablesBackend(runner: CommandRunner, options: DetectIptablesBackendOptions = {}): Promise<IptablesBackend> {
   const forced = options.forceBinary?.trim() ?? '';
   if (forced !== '') {
     if (forced !== 'legacy' && forced !== 'nft') {
@@ -133,9 +130,12 @@ async function probe(runner: CommandRunner, flavor: IptablesFlavor, options: Det
   const { stdout, stderr } = await runner.run([binaries.ipv4.save, '--version']);
   const parsed = parseIptablesVersion(stdout || stderr);
   // The lock file is the scratch namespace itself, so the probe never waits on the host's xtables lock.
-  await runner.run([options.unshare ?? 'unshare', '--net', '--', binaries.ipv4.iptables, '-t', 'nat', '-A', 'INPUT', '-p', '255', '-j', 'RETURN'], {
-    env: { XTABLES_LOCKFILE: '/proc/self/ns/net' },
-  });
+  await runner.run(
+    [options.unshare ?? 'unshare', '--net', '--', binaries.ipv4.iptables, '-t', 'nat', '-A', 'INPUT', '-p', '255', '-j', 'RETURN'],
+    {
+      env: { XTABLES_LOCKFILE: '/proc/self/ns/net' },
+    },
+  );
   return { flavor, binaries, ...parsed };
 }
 

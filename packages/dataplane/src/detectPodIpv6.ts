@@ -46,7 +46,11 @@ export function ipv6Enabled(addresses: readonly InterfaceAddress[], dualStack: b
   return dualStack && candidates.some((a) => a.family === 'inet6');
 }
 
-export async function detectPodIpv6(runner: CommandRunner, netns: string, options: { dualStack?: boolean; ip?: string } = {}): Promise<boolean> {
+export async function detectPodIpv6(
+  runner: CommandRunner,
+  netns: string,
+  options: { dualStack?: boolean; ip?: string } = {},
+): Promise<boolean> {
   const { stdout } = await runner.run([options.ip ?? 'ip', '-j', 'addr', 'show'], { netns });
   try {
     return ipv6Enabled(parseIpAddrJson(stdout), options.dualStack === true);

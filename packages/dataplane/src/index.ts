@@ -14,7 +14,13 @@ export {
   type RecordingCommandRunner,
   type RecordingResponder,
 } from './recordingCommandRunner.ts';
-export { createScratchNetnsOpener, type OpenScratchNetns, type ScratchNetns, type ScratchNetnsOptions, withScratchNetns } from './scratchNetns.ts';
+export {
+  createScratchNetnsOpener,
+  type OpenScratchNetns,
+  type ScratchNetns,
+  type ScratchNetnsOptions,
+  withScratchNetns,
+} from './scratchNetns.ts';
 export {
   detectIptablesBackend,
   type DetectIptablesBackendOptions,
@@ -52,7 +58,14 @@ export {
   type VerifyIptablesRulesOptions,
   xtablesRunOptions,
 } from './applyIptablesRules.ts';
-export { applyNftRules, type ApplyNftRulesOptions, type NftDeps, nftScriptTables, verifyNftRules, type VerifyNftRulesOptions } from './applyNftRules.ts';
+export {
+  applyNftRules,
+  type ApplyNftRulesOptions,
+  type NftDeps,
+  nftScriptTables,
+  verifyNftRules,
+  type VerifyNftRulesOptions,
+} from './applyNftRules.ts';
 export { detectPodIpv6, type InterfaceAddress, ipv6Enabled, ipv6EnabledFromResultIps, parseIpAddrJson } from './detectPodIpv6.ts';
 export { configureTproxyRoutes, type TproxyRouteOptions } from './configureTproxyRoutes.ts';
 export {
@@ -106,5 +119,11 @@ export {
   type ZdsWorkloadInfo,
 } from './zds/zdsSchema.ts';
 export { ZdsError, type ZdsErrorCode } from './zds/zdsError.ts';
-export { type PodSnapshotEntry, type PodSnapshotSource, silentZdsLogger, type WorkloadInfo, type ZdsLogger } from './zds/podSnapshotSource.ts';
+export {
+  type PodSnapshotEntry,
+  type PodSnapshotSource,
+  silentZdsLogger,
+  type WorkloadInfo,
+  type ZdsLogger,
+} from './zds/podSnapshotSource.ts';
 export { createZtunnelServer, type RequestOptions, type ZtunnelServer, type ZtunnelServerOptions } from './zds/createZtunnelServer.ts';

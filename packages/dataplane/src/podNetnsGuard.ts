@@ -36,7 +36,9 @@ const sameNamespace = (a: NsIdentity, b: NsIdentity): boolean => a.dev === b.dev
 export function podNetnsRefusal(target: NsFileFacts, refs: NetnsReferences): string | undefined {
   if (target.dev !== refs.nsfsDev) return 'it is not a namespace file';
   if (target.type !== 'net') {
-    return target.type === undefined ? 'it is not recognisable as a network namespace' : `it is a ${target.type} namespace, not a network namespace`;
+    return target.type === undefined
+      ? 'it is not recognisable as a network namespace'
+      : `it is a ${target.type} namespace, not a network namespace`;
   }
   if (refs.node !== undefined && sameNamespace(target, refs.node)) return "it is the node's own network namespace";
   if (sameNamespace(target, refs.own)) {
@@ -61,7 +63,10 @@ export class PodNetnsRefusedError extends Error {
 
   constructor(netns: string, reason: string, options?: { resolved?: string; cause?: unknown }) {
     const where = options?.resolved !== undefined && options.resolved !== netns ? ` (resolved ${JSON.stringify(options.resolved)})` : '';
-    super(`refusing network namespace ${JSON.stringify(netns)}${where}: ${reason}`, options?.cause === undefined ? {} : { cause: options.cause });
+    super(
+      `refusing network namespace ${JSON.stringify(netns)}${where}: ${reason}`,
+      options?.cause === undefined ? {} : { cause: options.cause },
+    );
     this.netns = netns;
   }
 }

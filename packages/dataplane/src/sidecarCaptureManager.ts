@@ -90,7 +90,9 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
           const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
           return typeof outcome === 'string'
             ? outcome
-            : Object.entries(outcome).map(([family, o]) => `${family}:${o}`).join(',');
+            : Object.entries(outcome)
+                .map(([family, o]) => `${family}:${o}`)
+                .join(',');
         });
       } finally {
         handle.close();

@@ -27,7 +27,12 @@ import {
 const v4 = ambientConfigFromOptions({});
 const dual = ambientConfigFromOptions({ enableIPv6: true });
 const nftBackend = { kind: 'nft' } as const;
-const legacy: IptablesBackend = { flavor: 'legacy', nfTables: false, version: { major: 1, minor: 8, patch: 9 }, binaries: iptablesBinaries('legacy') };
+const legacy: IptablesBackend = {
+  flavor: 'legacy',
+  nfTables: false,
+  version: { major: 1, minor: 8, patch: 9 },
+  binaries: iptablesBinaries('legacy'),
+};
 const iptBackend = { kind: 'iptables', iptables: legacy } as const;
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
 const netns = '/proc/1234/fd/7';
@@ -42,9 +47,17 @@ test('in-pod apply adds the mark rule and loopback route first, then restores th
   assert.deepEqual(result.outcome, { ipv4: 'applied', ipv6: 'skipped' });
   const argv = runner.calls.map((c) => c.argv.join(' '));
   assert.deepEqual(argv, ['ip -4 -force -batch -', 'iptables-legacy-restore --noflush --wait=30']);
-  assert.equal(runner.calls[0]?.options.stdin, 'rule add fwmark 0x111/0xfff pref 32764 lookup 100\nroute replace local 0.0.0.0/0 dev lo table 100\n');
+  assert.equal(
+    runner.calls[0]?.options.stdin,
+    'rule add fwmark 0x111/0xfff pref 32764 lookup 100\nroute replace local 0.0.0.0/0 dev lo table 100\n',
+  );
   assert.ok(runner.calls.every((c) => c.options.netns === netns));
-  assert.equal(runner.calls.at(-1)?.options.stdin, planAmbientPodRules(v4, iptBackend).backend === 'iptables' ? (planAmbientPodRules(v4, iptBackend) as { documents: { ipv4: string } }).documents.ipv4 : '');
+  assert.equal(
+    runner.calls.at(-1)?.options.stdin,
+    planAmbientPodRules(v4, iptBackend).backend === 'iptables'
+      ? (planAmbientPodRules(v4, iptBackend) as { documents: { ipv4: string } }).documents.ipv4
+      : '',
+  );
   assert.deepEqual(runner.calls.at(-1)?.options.env, { XTABLES_LOCKFILE: netns });
 });
 
@@ -59,8 +72,14 @@ test('an existing mark rule (EEXIST) is tolerated; IPv6 route skipped when the p
   });
   await applyAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: dual, backend: nftBackend });
   const batches = runner.calls.filter((c) => c.argv.includes('-batch'));
-  assert.deepEqual(batches.map((c) => c.argv.join(' ')), ['ip -4 -force -batch -', 'ip -6 -force -batch -']);
-  assert.equal(batches[0]?.options.stdin, 'rule add fwmark 0x111/0xfff pref 32764 lookup 100\nroute replace local 0.0.0.0/0 dev lo table 100\n');
+  assert.deepEqual(
+    batches.map((c) => c.argv.join(' ')),
+    ['ip -4 -force -batch -', 'ip -6 -force -batch -'],
+  );
+  assert.equal(
+    batches[0]?.options.stdin,
+    'rule add fwmark 0x111/0xfff pref 32764 lookup 100\nroute replace local 0.0.0.0/0 dev lo table 100\n',
+  );
   assert.ok(!(batches[1]?.options.stdin ?? '').includes('::/0'), 'no IPv6 loopback route');
   const argv = runner.calls.map((c) => c.argv.join(' '));
   assert.deepEqual(argv.slice(-2), ['nft list tables', 'nft -f -']);
@@ -69,9 +88,14 @@ test('an existing mark rule (EEXIST) is tolerated; IPv6 route skipped when the p
 
 test('a failing route line is an error even when the rule line only said EEXIST', async () => {
   const runner = createRecordingCommandRunner(({ argv }) =>
-    argv.includes('-batch') ? failure(argv, 'RTNETLINK answers: File exists\nCommand failed -:1\nRTNETLINK answers: No such device\nCommand failed -:2\n') : undefined,
+    argv.includes('-batch')
+      ? failure(argv, 'RTNETLINK answers: File exists\nCommand failed -:1\nRTNETLINK answers: No such device\nCommand failed -:2\n')
+      : undefined,
   );
-  await assert.rejects(applyAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: v4, backend: iptBackend }), /No such device/);
+  await assert.rejects(
+    applyAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: v4, backend: iptBackend }),
+    /No such device/,
+  );
 });
 
 test('in-pod delete runs every iptables step, then removes the ip rule and routes; absent ones are not errors', async () => {
@@ -97,13 +121,22 @@ test('in-pod delete reports real failures together after trying everything', asy
     if (argv.includes('del') && argv.includes('rule')) return failure(argv, 'RTNETLINK answers: Operation not permitted');
     return undefined;
   });
-  await assert.rejects(deleteAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: v4, backend: nftBackend }), (err: unknown) => {
-    assert.ok(err instanceof AmbientDataplaneError);
-    assert.equal(err.code, 'ERR_AMBIENT_POD_RULES');
-    assert.match(err.message, /^failed to delete in-pod rules in netns "\/proc\/1234\/fd\/7": .*nft -f -.*Operation not permitted; .*ip -4 rule del/);
-    return true;
-  });
-  assert.ok(runner.calls.some((c) => c.argv.includes('route')), 'routes still attempted');
+  await assert.rejects(
+    deleteAmbientPodRules({ runner, openScratchNetns: scratch }, { netns, config: v4, backend: nftBackend }),
+    (err: unknown) => {
+      assert.ok(err instanceof AmbientDataplaneError);
+      assert.equal(err.code, 'ERR_AMBIENT_POD_RULES');
+      assert.match(
+        err.message,
+        /^failed to delete in-pod rules in netns "\/proc\/1234\/fd\/7": .*nft -f -.*Operation not permitted; .*ip -4 rule del/,
+      );
+      return true;
+    },
+  );
+  assert.ok(
+    runner.calls.some((c) => c.argv.includes('route')),
+    'routes still attempted',
+  );
 });
 
 const uidA = '863b91d4-4b68-4efa-917f-4b560e3e86aa';
@@ -114,14 +147,20 @@ test('ipset: create, upsert with the UID as comment, IPv4-mapped unmapped, IPv6 
   const sets = createIpsetProbeSets({ runner, config: v4, netns: '/host/proc/1/ns/net' });
   await sets.create();
   assert.deepEqual(await sets.addPod(uidA, ['::ffff:10.0.0.5', 'fd00::5']), ['10.0.0.5']);
-  assert.deepEqual(runner.calls.map((c) => c.argv.join(' ')), [
-    'ipset create istio-inpod-probes-v4 hash:ip comment family inet -exist',
-    `ipset add istio-inpod-probes-v4 10.0.0.5 comment ${uidA} -exist`,
-  ]);
+  assert.deepEqual(
+    runner.calls.map((c) => c.argv.join(' ')),
+    [
+      'ipset create istio-inpod-probes-v4 hash:ip comment family inet -exist',
+      `ipset add istio-inpod-probes-v4 10.0.0.5 comment ${uidA} -exist`,
+    ],
+  );
   assert.ok(runner.calls.every((c) => c.options.netns === '/host/proc/1/ns/net'));
   const six = createRecordingCommandRunner();
   await createIpsetProbeSets({ runner: six, config: dual }).addPod(uidA, ['fd00::5']);
-  assert.deepEqual(six.calls.map((c) => c.argv.join(' ')), [`ipset add istio-inpod-probes-v6 fd00::5 comment ${uidA} -exist`]);
+  assert.deepEqual(
+    six.calls.map((c) => c.argv.join(' ')),
+    [`ipset add istio-inpod-probes-v6 fd00::5 comment ${uidA} -exist`],
+  );
   assert.deepEqual(six.calls[0]?.options, {});
 });
 
@@ -153,7 +192,10 @@ test('ipset: removal deletes only entries whose comment is the pod UID', async (
   const sets = createIpsetProbeSets({ runner, config: v4 });
   const result = await sets.removePod(uidA, ['10.0.0.5', '10.0.0.6']);
   assert.deepEqual(result, { removed: ['10.0.0.5'], keptForOtherPods: [{ family: 4, ip: '10.0.0.6', uid: uidB }] });
-  assert.deepEqual(runner.calls.filter((c) => c.argv[1] === 'del').map((c) => c.argv.join(' ')), ['ipset del istio-inpod-probes-v4 10.0.0.5 -exist']);
+  assert.deepEqual(
+    runner.calls.filter((c) => c.argv[1] === 'del').map((c) => c.argv.join(' ')),
+    ['ipset del istio-inpod-probes-v4 10.0.0.5 -exist'],
+  );
 });
 
 test('ipset: flush and destroy tolerate missing sets, other failures are errors', async () => {
@@ -161,13 +203,19 @@ test('ipset: flush and destroy tolerate missing sets, other failures are errors'
   const sets = createIpsetProbeSets({ runner, config: dual });
   await sets.flush();
   await sets.destroy();
-  assert.deepEqual(runner.calls.map((c) => c.argv.join(' ')), [
-    'ipset flush istio-inpod-probes-v4',
-    'ipset flush istio-inpod-probes-v6',
-    'ipset destroy istio-inpod-probes-v4',
-    'ipset destroy istio-inpod-probes-v6',
-  ]);
-  const denied = createIpsetProbeSets({ runner: createRecordingCommandRunner(({ argv }) => failure(argv, 'Operation not permitted')), config: v4 });
+  assert.deepEqual(
+    runner.calls.map((c) => c.argv.join(' ')),
+    [
+      'ipset flush istio-inpod-probes-v4',
+      'ipset flush istio-inpod-probes-v6',
+      'ipset destroy istio-inpod-probes-v4',
+      'ipset destroy istio-inpod-probes-v6',
+    ],
+  );
+  const denied = createIpsetProbeSets({
+    runner: createRecordingCommandRunner(({ argv }) => failure(argv, 'Operation not permitted')),
+    config: v4,
+  });
   await assert.rejects(denied.flush(), (err: unknown) => err instanceof AmbientDataplaneError && err.code === 'ERR_AMBIENT_PROBE_SET');
 });
 
@@ -175,7 +223,12 @@ test('nft sets: upsert replaces the comment in one transaction; removal matches 
   const listing = JSON.stringify({
     nftables: [
       { metainfo: {} },
-      { set: { name: 'istio-inpod-probes-v4', elem: [{ elem: { val: '10.0.0.5', comment: uidA } }, { elem: { val: '10.0.0.6', comment: uidB } }, '10.0.0.7'] } },
+      {
+        set: {
+          name: 'istio-inpod-probes-v4',
+          elem: [{ elem: { val: '10.0.0.5', comment: uidA } }, { elem: { val: '10.0.0.6', comment: uidB } }, '10.0.0.7'],
+        },
+      },
     ],
   });
   assert.deepEqual(parseNftSetJson(listing, 4), [
@@ -218,7 +271,10 @@ function memorySets(initial: ProbeSetEntry[] = []): ProbeSetManager & { entries:
 const podWith = (uid: string, ips: string[]) => ({ uid, name: uid.slice(0, 4), namespace: 'ns', serviceAccount: 'sa', ips });
 
 test('start-up sync adds every snapshot pod and prunes entries no pod accounts for', async () => {
-  const sets = memorySets([{ family: 4, ip: '10.9.9.9', uid: 'gone' }, { family: 4, ip: '10.0.0.5', uid: 'old' }]);
+  const sets = memorySets([
+    { family: 4, ip: '10.9.9.9', uid: 'gone' },
+    { family: 4, ip: '10.0.0.5', uid: 'old' },
+  ]);
   const result = await syncProbeSets(sets, [podWith(uidA, ['10.0.0.5', 'fd00::5']), podWith(uidB, ['10.0.0.6'])]);
   assert.deepEqual(result, { added: ['10.0.0.5', 'fd00::5', '10.0.0.6'], pruned: ['10.9.9.9'], pruneSkipped: false, errors: [] });
   assert.equal(sets.entries.get('10.0.0.5')?.uid, uidA);
@@ -234,7 +290,10 @@ test('start-up sync skips pruning when a snapshot pod has no IPs yet', async () 
 
 test('start-up sync with no extras prunes nothing; an add failure is reported and the rest go on', async () => {
   const sets = memorySets();
-  const failing = { ...sets, addPod: async (uid: string, ips: readonly string[]) => (uid === uidA ? Promise.reject(new Error('collision')) : sets.addPod(uid, ips)) };
+  const failing = {
+    ...sets,
+    addPod: async (uid: string, ips: readonly string[]) => (uid === uidA ? Promise.reject(new Error('collision')) : sets.addPod(uid, ips)),
+  };
   const result = await syncProbeSets(failing, [podWith(uidA, ['10.0.0.5']), podWith(uidB, ['10.0.0.6'])]);
   assert.deepEqual(result.added, ['10.0.0.6']);
   assert.deepEqual(result.errors, [`pod ns/${uidA.slice(0, 4)}: collision`]);
@@ -263,7 +322,15 @@ function procWith(processes: Record<string, { comm: string; cmdline: string; uid
 
 test('kubelet UID: comm kubelet/kubelite need "kubelet" in the command line, k3s does not; real UID', async () => {
   assert.equal(await findKubeletUid(procWith({ 5: { comm: 'kubelet', cmdline: '/usr/bin/kubelet --config x', uid: 1000 } })), 1000);
-  assert.equal(await findKubeletUid(procWith({ 5: { comm: 'kubelet', cmdline: '/usr/bin/impostor', uid: 7 }, 9: { comm: 'kubelite', cmdline: 'kubelite --kubelet-args', uid: 42 } })), 42);
+  assert.equal(
+    await findKubeletUid(
+      procWith({
+        5: { comm: 'kubelet', cmdline: '/usr/bin/impostor', uid: 7 },
+        9: { comm: 'kubelite', cmdline: 'kubelite --kubelet-args', uid: 42 },
+      }),
+    ),
+    42,
+  );
   assert.equal(await findKubeletUid(procWith({ 3: { comm: 'k3s', cmdline: 'k3s server', uid: 0 } })), 0);
   await assert.rejects(findKubeletUid(procWith({ 1: { comm: 'systemd', cmdline: '/sbin/init', uid: 0 } })), (err: unknown) => {
     return err instanceof AmbientDataplaneError && err.code === 'ERR_AMBIENT_KUBELET_UID';
@@ -285,7 +352,12 @@ test('host rules (iptables) in the current netns: old rules removed, then restor
     // A single-table document: the restore itself refuses existing ISTIO chains, no save needed.
     'iptables-legacy-restore --noflush --wait=30',
   ]);
-  for (const c of runner.calls) assert.deepEqual(Object.keys(c.options).filter((k) => k !== 'stdin'), [], 'no netns, no lock override');
+  for (const c of runner.calls)
+    assert.deepEqual(
+      Object.keys(c.options).filter((k) => k !== 'stdin'),
+      [],
+      'no netns, no lock override',
+    );
   assert.equal(
     runner.calls.at(-1)?.options.stdin,
     '* nat\n-N ISTIO_POSTRT\n-I POSTROUTING 1 -j ISTIO_POSTRT\n-A ISTIO_POSTRT -m owner --socket-exists -p tcp -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source 169.254.7.127\nCOMMIT\n',
@@ -294,9 +366,18 @@ test('host rules (iptables) in the current netns: old rules removed, then restor
 
 test('host rules (nft) need the kubelet UID and create sets and rule in one transaction in the host netns', async () => {
   const runner = createRecordingCommandRunner();
-  await assert.rejects(createAmbientHostRules({ runner, openScratchNetns: scratch }, { config: v4, backend: nftBackend }), /kubelet UID is required/);
-  await createAmbientHostRules({ runner, openScratchNetns: scratch }, { config: v4, backend: nftBackend, kubeletUid: 1000, hostNetns: '/host/proc/1/ns/net' });
+  await assert.rejects(
+    createAmbientHostRules({ runner, openScratchNetns: scratch }, { config: v4, backend: nftBackend }),
+    /kubelet UID is required/,
+  );
+  await createAmbientHostRules(
+    { runner, openScratchNetns: scratch },
+    { config: v4, backend: nftBackend, kubeletUid: 1000, hostNetns: '/host/proc/1/ns/net' },
+  );
   assert.equal(runner.calls.length, 1);
   assert.equal(runner.calls[0]?.options.netns, '/host/proc/1/ns/net');
-  assert.match(runner.calls[0]?.options.stdin ?? '', /add set inet istio-ambient-nat istio-inpod-probes-v4[\s\S]*skuid 1000 ip daddr @istio-inpod-probes-v4 counter snat to 169.254.7.127/);
+  assert.match(
+    runner.calls[0]?.options.stdin ?? '',
+    /add set inet istio-ambient-nat istio-inpod-probes-v4[\s\S]*skuid 1000 ip daddr @istio-inpod-probes-v4 counter snat to 169.254.7.127/,
+  );
 });

@@ -20,7 +20,8 @@ function procFs(pid1Readable: boolean): { fs: ProcFs; stats: string[] } {
     },
     async stat(path) {
       stats.push(path);
-      if (path === '1/ns/net' && !pid1Readable) throw Object.assign(new Error(`EACCES: permission denied, stat '/proc/1/ns/net'`), { code: 'EACCES' });
+      if (path === '1/ns/net' && !pid1Readable)
+        throw Object.assign(new Error(`EACCES: permission denied, stat '/proc/1/ns/net'`), { code: 'EACCES' });
       if (path === '1/ns/net') return { ino: 10, dev: 4 };
       const ino = inodes[path];
       if (ino === undefined) throw new Error(`ENOENT ${path}`);
@@ -43,7 +44,11 @@ const pods = new Map([[uid, { uid, name: 'a', namespace: 'ns', serviceAccount: '
 test('an unreadable pid 1 makes the scan use its own netns as the host one, with a warning (regression: start-up failed)', async () => {
   const { fs } = procFs(false);
   const warnings: string[] = [];
-  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => true, log: (level, m) => level === 'warn' && warnings.push(m) });
+  const finder = await createPodNetnsProcFinder({
+    procFs: fs,
+    checkOwnership: async () => true,
+    log: (level, m) => level === 'warn' && warnings.push(m),
+  });
   const found = await finder.findNetnsForPods(pods);
   assert.equal(found.get(uid)?.netns.inode, 70, 'the pod netns is found; the process in our own netns is skipped');
   found.get(uid)?.netns.close();
@@ -54,14 +59,21 @@ test('an unreadable pid 1 makes the scan use its own netns as the host one, with
 test('a readable pid 1 stays the host reference (upstream behaviour, no warning)', async () => {
   const { fs, stats } = procFs(true);
   const warnings: string[] = [];
-  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => true, log: (level, m) => level === 'warn' && warnings.push(m) });
+  const finder = await createPodNetnsProcFinder({
+    procFs: fs,
+    checkOwnership: async () => true,
+    log: (level, m) => level === 'warn' && warnings.push(m),
+  });
   assert.equal(stats[0], '1/ns/net');
   assert.ok(!stats.includes('self/ns/net'));
   const found = await finder.findNetnsForPods(pods);
   // Pid 8 (inode 50) is not the host here, and it is scanned after pid 7 with the same start time.
   assert.ok(found.has(uid));
   for (const f of found.values()) f.netns.close();
-  assert.deepEqual(warnings.filter((w) => w.includes('pid 1')), []);
+  assert.deepEqual(
+    warnings.filter((w) => w.includes('pid 1')),
+    [],
+  );
 });
 
 test('an explicit host netns path wins over procfs', async () => {

@@ -85,7 +85,12 @@ test('a foreign process transiting another pod netns is rejected and the rightfu
     return owned;
   };
   const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: check });
-  const found = await finder.findNetnsForPods(new Map([[podA, pod(podA, ['10.0.0.1'])], [podB, pod(podB, ['10.0.0.2'], 'baz')]]));
+  const found = await finder.findNetnsForPods(
+    new Map([
+      [podA, pod(podA, ['10.0.0.1'])],
+      [podB, pod(podB, ['10.0.0.2'], 'baz')],
+    ]),
+  );
   assert.equal(foreignRejected, true);
   assert.equal(found.size, 2);
   assert.notEqual(found.get(podA)?.netns.inode, shared);
@@ -99,10 +104,13 @@ test('a foreign process transiting another pod netns is rejected and the rightfu
 test('a pod without IPs is deferred without entering any netns', async () => {
   const { fs, openHandles } = fakeProcFs();
   let calls = 0;
-  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => {
-    calls++;
-    return true;
-  } });
+  const finder = await createPodNetnsProcFinder({
+    procFs: fs,
+    checkOwnership: async () => {
+      calls++;
+      return true;
+    },
+  });
   const found = await finder.findNetnsForPods(new Map([[podA, pod(podA, [])]]));
   assert.equal(found.size, 0);
   assert.equal(calls, 0);
@@ -152,10 +160,13 @@ test('a process in the host netns is never paired (host-netns guard)', async () 
 test('pods not asked for are not opened', async () => {
   const { fs, openHandles } = fakeProcFs();
   let calls = 0;
-  const finder = await createPodNetnsProcFinder({ procFs: fs, checkOwnership: async () => {
-    calls++;
-    return true;
-  } });
+  const finder = await createPodNetnsProcFinder({
+    procFs: fs,
+    checkOwnership: async () => {
+      calls++;
+      return true;
+    },
+  });
   const found = await finder.findNetnsForPods(new Map([[podB, pod(podB, ['10.0.0.2'])]]));
   assert.deepEqual([...found.keys()], [podB]);
   assert.equal(calls, 1);
@@ -168,13 +179,19 @@ const cgroupCases: { name: string; paths: string[]; podUid?: string; containerId
   { name: 'no container ID in cgroups', paths: ['/user.slice'], podUid: '', containerId: '' },
   {
     name: 'one container ID in cgroups',
-    paths: ['/user.slice', '/kubepods/pod2c48913c-b29f-11e7-9350-020968147796/9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961'],
+    paths: [
+      '/user.slice',
+      '/kubepods/pod2c48913c-b29f-11e7-9350-020968147796/9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961',
+    ],
     podUid: '2c48913c-b29f-11e7-9350-020968147796',
     containerId: '9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961',
   },
   {
     name: 'pod UID canonicalized',
-    paths: ['/user.slice', '/kubepods/pod2c48913c_b29f_11e7_9350_020968147796/9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961'],
+    paths: [
+      '/user.slice',
+      '/kubepods/pod2c48913c_b29f_11e7_9350_020968147796/9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961',
+    ],
     podUid: '2c48913c-b29f-11e7-9350-020968147796',
     containerId: '9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961',
   },
@@ -205,19 +222,25 @@ const cgroupCases: { name: string; paths: string[]; podUid?: string; containerId
   },
   {
     name: 'cgroupfs driver under docker',
-    paths: ['/docker/8d461fa5765781bcf5f7eb192f101bc3103d4b932e26236f43feecfa20664f96/kubepods/besteffort/poddaa5c7ee-3484-4533-af39-3591564fd03e/aff34703e5e1f89443e9a1bffcc80f43f74d4808a2dd22c8f88c08547b323934'],
+    paths: [
+      '/docker/8d461fa5765781bcf5f7eb192f101bc3103d4b932e26236f43feecfa20664f96/kubepods/besteffort/poddaa5c7ee-3484-4533-af39-3591564fd03e/aff34703e5e1f89443e9a1bffcc80f43f74d4808a2dd22c8f88c08547b323934',
+    ],
     podUid: 'daa5c7ee-3484-4533-af39-3591564fd03e',
     containerId: 'aff34703e5e1f89443e9a1bffcc80f43f74d4808a2dd22c8f88c08547b323934',
   },
   {
     name: 'systemd driver with docker',
-    paths: ['/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2c48913c-b29f-11e7-9350-020968147796.slice/docker-9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961.scope'],
+    paths: [
+      '/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2c48913c-b29f-11e7-9350-020968147796.slice/docker-9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961.scope',
+    ],
     podUid: '2c48913c-b29f-11e7-9350-020968147796',
     containerId: '9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961',
   },
   {
     name: 'systemd driver with containerd (colon separated)',
-    paths: ['/kubepods-besteffort-pod72f7f152_440c_66ac_9084_e0fc1d8a910c.slice:cri-containerd:b2a102854b4969b2ce98dc329c86b4fb2b06e4ad2cc8da9d8a7578c9cd2004a2'],
+    paths: [
+      '/kubepods-besteffort-pod72f7f152_440c_66ac_9084_e0fc1d8a910c.slice:cri-containerd:b2a102854b4969b2ce98dc329c86b4fb2b06e4ad2cc8da9d8a7578c9cd2004a2',
+    ],
     podUid: '72f7f152-440c-66ac-9084-e0fc1d8a910c',
     containerId: 'b2a102854b4969b2ce98dc329c86b4fb2b06e4ad2cc8da9d8a7578c9cd2004a2',
   },
@@ -229,7 +252,9 @@ const cgroupCases: { name: string; paths: string[]; podUid?: string; containerId
   },
   {
     name: 'cri-o with the systemd driver carries the pod UID',
-    paths: ['/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2c48913c_b29f_11e7_9350_020968147796.slice/crio-45490e76e0878aaa4d9808f7d2eefba37f093c3efbba9838b6d8ab804d9bd814.scope'],
+    paths: [
+      '/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2c48913c_b29f_11e7_9350_020968147796.slice/crio-45490e76e0878aaa4d9808f7d2eefba37f093c3efbba9838b6d8ab804d9bd814.scope',
+    ],
     podUid: '2c48913c-b29f-11e7-9350-020968147796',
     containerId: '45490e76e0878aaa4d9808f7d2eefba37f093c3efbba9838b6d8ab804d9bd814',
   },
@@ -245,7 +270,10 @@ for (const c of cgroupCases) {
   test(`cgroup paths: ${c.name}`, () => {
     const cgroups = c.paths.map((path) => ({ hierarchyId: '', controllers: '', path }));
     if (c.error !== undefined) {
-      assert.throws(() => podIdentityFromCgroups(cgroups), (err: unknown) => err instanceof AmbientDataplaneError && err.message === c.error);
+      assert.throws(
+        () => podIdentityFromCgroups(cgroups),
+        (err: unknown) => err instanceof AmbientDataplaneError && err.message === c.error,
+      );
       return;
     }
     assert.deepEqual(podIdentityFromCgroups(cgroups), { podUid: c.podUid, containerId: c.containerId });
@@ -256,7 +284,11 @@ test('hostile cgroup paths neither hang the scan nor match', () => {
   // Upstream's `(?:[[:^punct:]]*/*)*` would backtrack exponentially on these in V8.
   assert.equal(podIdentityFromCgroupPath(`/${'a'.repeat(4000)}!`), undefined);
   assert.equal(podIdentityFromCgroupPath(`/pod${'1'.repeat(8)}-${'a/'.repeat(2000)}-`), undefined);
-  assert.equal(podIdentityFromCgroupPath(`/kubepods/pod2c48913c-b29f-11e7-9350-020968147796/${'9'.repeat(5000)}`), undefined, 'longer than PATH_MAX');
+  assert.equal(
+    podIdentityFromCgroupPath(`/kubepods/pod2c48913c-b29f-11e7-9350-020968147796/${'9'.repeat(5000)}`),
+    undefined,
+    'longer than PATH_MAX',
+  );
 });
 
 test('parseProcCgroup splits hierarchy, controllers and a path that may contain colons', () => {

@@ -85,7 +85,9 @@ test('the snapshot has the ZDS shape: uid, workload, and fd + inode when the net
   const cache = createPodNetnsCache();
   cache.upsert('a', wl, h.make(5));
   cache.ensure('b', wl);
-  const snap = cache.snapshot().map((e) => ({ uid: e.uid, workload: e.workload, ...(e.netns ? { netns: { fd: e.netns.fd, inode: e.netns.inode } } : {}) }));
+  const snap = cache
+    .snapshot()
+    .map((e) => ({ uid: e.uid, workload: e.workload, ...(e.netns ? { netns: { fd: e.netns.fd, inode: e.netns.inode } } : {}) }));
   assert.deepEqual(snap, [
     { uid: 'a', workload: wl, netns: { fd: 10, inode: 5 } },
     { uid: 'b', workload: wl },
@@ -103,7 +105,10 @@ test('a handle closed while in use keeps its fd until the use settles', async ()
   release();
   await inUse;
   assert.equal(h.open.size, 0);
-  await assert.rejects(ns.use(async () => 1), (err: unknown) => err instanceof AmbientDataplaneError && err.code === 'ERR_AMBIENT_NETNS');
+  await assert.rejects(
+    ns.use(async () => 1),
+    (err: unknown) => err instanceof AmbientDataplaneError && err.code === 'ERR_AMBIENT_NETNS',
+  );
 });
 
 test('the path other processes open is this process fd entry', () => {

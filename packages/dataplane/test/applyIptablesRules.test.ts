@@ -11,11 +11,17 @@ import {
   verifyIptablesRules,
 } from '@istio-cni/dataplane';
 
-const legacy: IptablesBackend = { flavor: 'legacy', nfTables: false, version: { major: 1, minor: 8, patch: 9 }, binaries: iptablesBinaries('legacy') };
+const legacy: IptablesBackend = {
+  flavor: 'legacy',
+  nfTables: false,
+  version: { major: 1, minor: 8, patch: 9 },
+  binaries: iptablesBinaries('legacy'),
+};
 const nft: IptablesBackend = { ...legacy, flavor: 'nft', nfTables: true, binaries: iptablesBinaries('nft') };
 const netns = '/var/run/netns/pod';
 const document = '* nat\n-N ISTIO_REDIRECT\n-A OUTPUT -j ISTIO_REDIRECT\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n';
-const canonical = '*nat\n:OUTPUT ACCEPT [0:0]\n:ISTIO_REDIRECT - [0:0]\n-A OUTPUT -j ISTIO_REDIRECT\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n';
+const canonical =
+  '*nat\n:OUTPUT ACCEPT [0:0]\n:ISTIO_REDIRECT - [0:0]\n-A OUTPUT -j ISTIO_REDIRECT\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n';
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
 
 /**
@@ -25,7 +31,13 @@ const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close:
 function podWith(podSave: string) {
   return createRecordingCommandRunner(({ argv, options }) => {
     if (argv[0]?.endsWith('-restore') && options.netns === netns && /:ISTIO/.test(podSave) && /^-N ISTIO/m.test(options.stdin ?? '')) {
-      return new CommandError('ERR_DATAPLANE_COMMAND_FAILED', { argv, netns, exitCode: 1, stdout: '', stderr: 'iptables-restore: line 2 failed' });
+      return new CommandError('ERR_DATAPLANE_COMMAND_FAILED', {
+        argv,
+        netns,
+        exitCode: 1,
+        stdout: '',
+        stderr: 'iptables-restore: line 2 failed',
+      });
     }
     if (!argv[0]?.endsWith('-save')) return undefined;
     return { stdout: options.netns === netns ? podSave : canonical, stderr: '' };
@@ -45,7 +57,13 @@ test('iptables-nft takes no lock and no --wait', async () => {
   const runner = podWith('');
   await applyIptablesRules({ runner, openScratchNetns: scratch }, { netns, backend: nft, documents: { ipv4: document, ipv6: document } });
   const restores = runner.calls.filter((c) => c.argv[0]?.endsWith('-restore'));
-  assert.deepEqual(restores.map((c) => c.argv), [['iptables-nft-restore', '--noflush'], ['ip6tables-nft-restore', '--noflush']]);
+  assert.deepEqual(
+    restores.map((c) => c.argv),
+    [
+      ['iptables-nft-restore', '--noflush'],
+      ['ip6tables-nft-restore', '--noflush'],
+    ],
+  );
   assert.equal(restores[0]?.options.env, undefined);
 });
 
@@ -61,7 +79,10 @@ test('a single-table document into a fresh netns skips the state read (one exec)
   const runner = podWith('');
   const result = await applyIptablesRules({ runner, openScratchNetns: scratch }, { netns, backend: nft, documents: { ipv4: document } });
   assert.equal(result.outcome.ipv4, 'applied');
-  assert.deepEqual(runner.calls.map((c) => c.argv[0]), ['iptables-nft-restore']);
+  assert.deepEqual(
+    runner.calls.map((c) => c.argv[0]),
+    ['iptables-nft-restore'],
+  );
 });
 
 test('a different state without reconcile is refused and nothing is written', async () => {

@@ -1,9 +1,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { applyNftRules, createRecordingCommandRunner, DataplaneError, nftScriptTables, type OpenScratchNetns, verifyNftRules } from '@istio-cni/dataplane';
+import {
+  applyNftRules,
+  createRecordingCommandRunner,
+  DataplaneError,
+  nftScriptTables,
+  type OpenScratchNetns,
+  verifyNftRules,
+} from '@istio-cni/dataplane';
 
 const netns = '/var/run/netns/pod';
-const script = 'add table inet istio-proxy-nat\nflush table inet istio-proxy-nat\nadd chain inet istio-proxy-nat output { type nat hook output priority -100 ; }\n';
+const script =
+  'add table inet istio-proxy-nat\nflush table inet istio-proxy-nat\nadd chain inet istio-proxy-nat output { type nat hook output priority -100 ; }\n';
 const listing = 'table inet istio-proxy-nat {\n\tchain output {\n\t\ttype nat hook output priority -100; policy accept;\n\t}\n}';
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
 
@@ -33,12 +41,15 @@ test('identical tables are left alone', async () => {
 
 test('different tables are refused without reconcile and replaced atomically with it', async () => {
   const other = listing.replace('-100', '-99');
-  await assert.rejects(applyNftRules({ runner: pod('table inet istio-proxy-nat\n', other), openScratchNetns: scratch }, { netns, script }), (err: unknown) => {
-    assert.ok(err instanceof DataplaneError);
-    assert.equal(err.code, 'ERR_DATAPLANE_STATE_CONFLICT');
-    assert.match(err.message, /table inet istio-proxy-nat: found "type nat hook output priority -99; policy accept;"/);
-    return true;
-  });
+  await assert.rejects(
+    applyNftRules({ runner: pod('table inet istio-proxy-nat\n', other), openScratchNetns: scratch }, { netns, script }),
+    (err: unknown) => {
+      assert.ok(err instanceof DataplaneError);
+      assert.equal(err.code, 'ERR_DATAPLANE_STATE_CONFLICT');
+      assert.match(err.message, /table inet istio-proxy-nat: found "type nat hook output priority -99; policy accept;"/);
+      return true;
+    },
+  );
   const runner = pod('table inet istio-proxy-nat\ntable inet istio-proxy-old\n', other);
   assert.equal(await applyNftRules({ runner, openScratchNetns: scratch }, { netns, script, reconcile: true }), 'reconciled');
   assert.equal(

@@ -6,7 +6,13 @@ const netns = '/var/run/netns/pod';
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
 const addresses = JSON.stringify([
   { ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', scope: 'host' }] },
-  { ifname: 'eth0', addr_info: [{ family: 'inet', local: '10.1.0.5', scope: 'global' }, { family: 'inet6', local: 'fd00::5', scope: 'global' }] },
+  {
+    ifname: 'eth0',
+    addr_info: [
+      { family: 'inet', local: '10.1.0.5', scope: 'global' },
+      { family: 'inet6', local: 'fd00::5', scope: 'global' },
+    ],
+  },
 ]);
 const script = 'add table inet istio-proxy-nat\nflush table inet istio-proxy-nat\n';
 
@@ -24,10 +30,15 @@ test('the plan gets the detected family, then rules are applied before the route
   const seen: boolean[] = [];
   const result = await applySidecarCapture(
     { runner, openScratchNetns: scratch },
-    { netns, dualStack: true, tproxyRoutes: true, plan: ({ ipv6 }) => {
-      seen.push(ipv6);
-      return { backend: 'nft', script };
-    } },
+    {
+      netns,
+      dualStack: true,
+      tproxyRoutes: true,
+      plan: ({ ipv6 }) => {
+        seen.push(ipv6);
+        return { backend: 'nft', script };
+      },
+    },
   );
   assert.deepEqual(seen, [true]);
   assert.deepEqual(result, { ipv6: true, outcome: 'applied' });
@@ -38,7 +49,10 @@ test('the plan gets the detected family, then rules are applied before the route
 });
 
 test('without dual stack the first address (IPv4) decides', async () => {
-  const result = await applySidecarCapture({ runner: pod(''), openScratchNetns: scratch }, { netns, plan: () => ({ backend: 'nft', script }) });
+  const result = await applySidecarCapture(
+    { runner: pod(''), openScratchNetns: scratch },
+    { netns, plan: () => ({ backend: 'nft', script }) },
+  );
   assert.equal(result.ipv6, false);
 });
 

@@ -11,7 +11,8 @@ import {
 } from '@istio-cni/dataplane';
 
 const legacyWithRules = '*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j KUBE-SERVICES\nCOMMIT\n';
-const legacyEmptyTable = '# Generated\n*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n';
+const legacyEmptyTable =
+  '# Generated\n*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n';
 
 function fail(call: RecordedCall): CommandError {
   return new CommandError('ERR_DATAPLANE_COMMAND_NOT_FOUND', { argv: call.argv, exitCode: null, stdout: '', stderr: '' });
@@ -22,7 +23,8 @@ function system(options: { legacySave?: string; broken?: string[] }) {
     const [program = '', ...args] = call.argv;
     const subject = program === 'unshare' ? (args[2] ?? '') : program;
     if (options.broken?.some((b) => subject.startsWith(b))) return fail(call);
-    if (args[0] === '--version') return { stdout: `${program} v1.8.9 (${program.includes('legacy') ? 'legacy' : 'nf_tables'})\n`, stderr: '' };
+    if (args[0] === '--version')
+      return { stdout: `${program} v1.8.9 (${program.includes('legacy') ? 'legacy' : 'nf_tables'})\n`, stderr: '' };
     if (program === 'iptables-legacy-save') return { stdout: options.legacySave ?? '', stderr: '' };
     return undefined;
   });
@@ -32,7 +34,11 @@ test('FORCE_IPTABLES_BINARY=legacy selects the legacy binaries', async () => {
   const backend = await detectIptablesBackend(system({}), { forceBinary: 'legacy' });
   assert.equal(backend.flavor, 'legacy');
   assert.equal(backend.nfTables, false);
-  assert.deepEqual(backend.binaries.ipv6, { iptables: 'ip6tables-legacy', save: 'ip6tables-legacy-save', restore: 'ip6tables-legacy-restore' });
+  assert.deepEqual(backend.binaries.ipv6, {
+    iptables: 'ip6tables-legacy',
+    save: 'ip6tables-legacy-save',
+    restore: 'ip6tables-legacy-restore',
+  });
 });
 
 test('an unknown FORCE_IPTABLES_BINARY is refused naming the value, before running anything', async () => {

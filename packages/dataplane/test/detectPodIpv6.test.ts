@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { configureTproxyRoutes, CommandError, createRecordingCommandRunner, DataplaneError, detectPodIpv6, ipv6Enabled, type InterfaceAddress } from '@istio-cni/dataplane';
+import {
+  configureTproxyRoutes,
+  CommandError,
+  createRecordingCommandRunner,
+  DataplaneError,
+  detectPodIpv6,
+  ipv6Enabled,
+  type InterfaceAddress,
+} from '@istio-cni/dataplane';
 
 const lo: InterfaceAddress[] = [
   { ifname: 'lo', family: 'inet', address: '127.0.0.1', scope: 'host' },
@@ -54,12 +62,17 @@ test('TPROXY routes are added per family, idempotently', async () => {
 test('without TPROXY only the IPv6 passthrough address is added', async () => {
   const runner = createRecordingCommandRunner();
   await configureTproxyRoutes(runner, { netns: '/n', ipv6: true, tproxy: false });
-  assert.deepEqual(runner.calls.map((c) => c.argv.join(' ')), ['ip -6 addr replace ::6/128 dev lo']);
+  assert.deepEqual(
+    runner.calls.map((c) => c.argv.join(' ')),
+    ['ip -6 addr replace ::6/128 dev lo'],
+  );
 });
 
 test('other route failures are not swallowed', async () => {
   const runner = createRecordingCommandRunner(({ argv }) =>
-    argv.includes('route') ? new CommandError('ERR_DATAPLANE_COMMAND_FAILED', { argv, exitCode: 2, stdout: '', stderr: 'Error: Nexthop device is not up.\n' }) : undefined,
+    argv.includes('route')
+      ? new CommandError('ERR_DATAPLANE_COMMAND_FAILED', { argv, exitCode: 2, stdout: '', stderr: 'Error: Nexthop device is not up.\n' })
+      : undefined,
   );
   await assert.rejects(configureTproxyRoutes(runner, { netns: '/n', ipv6: false, tproxy: true }), /Nexthop device/);
 });

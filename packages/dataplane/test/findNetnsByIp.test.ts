@@ -21,7 +21,11 @@ function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[]; selfNetns?: nu
   };
   const procFs: ProcFs = {
     async readDir() {
-      return [...procs.map((p) => ({ name: String(p.pid), isDirectory: true })), { name: 'self', isDirectory: true }, { name: 'uptime', isDirectory: false }];
+      return [
+        ...procs.map((p) => ({ name: String(p.pid), isDirectory: true })),
+        { name: 'self', isDirectory: true },
+        { name: 'uptime', isDirectory: false },
+      ];
     },
     async stat(path) {
       if (path === 'self/ns/net') return { ino: opts.selfNetns ?? 1, dev: 4 };
@@ -34,7 +38,13 @@ function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[]; selfNetns?: nu
     },
     async openNetns(path, options) {
       const p = get(path);
-      const h = createNetnsHandle({ fd: 100 + p.pid, inode: p.netns, source: `/host/proc/${path}`, release: (fd) => released.push(fd), ...options });
+      const h = createNetnsHandle({
+        fd: 100 + p.pid,
+        inode: p.netns,
+        source: `/host/proc/${path}`,
+        release: (fd) => released.push(fd),
+        ...options,
+      });
       opened.push(h);
       return h;
     },
@@ -42,7 +52,12 @@ function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[]; selfNetns?: nu
   return { procFs, opened, released };
 }
 
-const addresses: Record<number, string[]> = { 1: ['10.0.0.1'], 20: ['127.0.0.1', '10.1.1.5'], 30: ['127.0.0.1', '10.1.1.6'], 40: ['10.1.1.5'] };
+const addresses: Record<number, string[]> = {
+  1: ['10.0.0.1'],
+  20: ['127.0.0.1', '10.1.1.5'],
+  30: ['127.0.0.1', '10.1.1.6'],
+  40: ['10.1.1.5'],
+};
 const checkOwnership = async (netns: NetnsHandle, ips: readonly string[]) => (addresses[netns.inode] ?? []).some((a) => ips.includes(a));
 
 describe('findNetnsByIp', () => {
@@ -57,7 +72,10 @@ describe('findNetnsByIp', () => {
     assert.equal(found?.inode, 20);
     assert.equal(found?.ownerStartTime, 400, 'the oldest process of that netns');
     assert.equal(fs.opened.length, 2, 'each non-host netns is entered once');
-    assert.deepEqual(fs.opened.filter((h) => !h.closed).map((h) => h.inode), [20]);
+    assert.deepEqual(
+      fs.opened.filter((h) => !h.closed).map((h) => h.inode),
+      [20],
+    );
   });
 
   it('when two namespaces hold the address, the oldest process wins', async () => {
@@ -68,11 +86,17 @@ describe('findNetnsByIp', () => {
     ]);
     const found = await findNetnsByIp({ procFs: fs.procFs, checkOwnership }, '10.1.1.5');
     assert.equal(found?.inode, 40);
-    assert.deepEqual(fs.opened.filter((h) => !h.closed).map((h) => h.inode), [40]);
+    assert.deepEqual(
+      fs.opened.filter((h) => !h.closed).map((h) => h.inode),
+      [40],
+    );
   });
 
   it('never returns the host netns, even when it holds the address', async () => {
-    const fs = fakeProcFs([{ pid: 1, netns: 1, start: 1 }, { pid: 2, netns: 1, start: 2 }]);
+    const fs = fakeProcFs([
+      { pid: 1, netns: 1, start: 1 },
+      { pid: 2, netns: 1, start: 2 },
+    ]);
     assert.equal(await findNetnsByIp({ procFs: fs.procFs, checkOwnership }, '10.0.0.1'), undefined);
     assert.equal(fs.opened.length, 0);
   });

@@ -60,7 +60,8 @@ test('changed rules, foreign ISTIO chains and extra jumps are reported', () => {
 });
 
 test('the reconcile document deletes owned jumps, flushes, drops foreign chains and re-adds the plan', () => {
-  const document = '* nat\n-N ISTIO_OUTPUT\n-N ISTIO_REDIRECT\n-A OUTPUT -j ISTIO_OUTPUT\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n';
+  const document =
+    '* nat\n-N ISTIO_OUTPUT\n-N ISTIO_REDIRECT\n-A OUTPUT -j ISTIO_OUTPUT\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n';
   const expected = parseIptablesSave(planned);
   const actual = parseIptablesSave(
     '*nat\n:OUTPUT ACCEPT [0:0]\n:ISTIO_OUTPUT - [0:0]\n:ISTIO_TEST - [0:0]\n-A OUTPUT -j KUBE\n-A OUTPUT -j ISTIO_OUTPUT\n-A OUTPUT -j ISTIO_TEST\n-A ISTIO_OUTPUT -j ISTIO_TEST\nCOMMIT\n',

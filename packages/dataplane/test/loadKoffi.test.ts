@@ -4,11 +4,15 @@ import { test } from 'node:test';
 import { loadKoffi } from '@istio-cni/dataplane';
 
 const loadIn = (env: NodeJS.ProcessEnv) =>
-  spawnSync(process.execPath, ['--input-type=module', '-e', "const { loadKoffi } = await import('@istio-cni/dataplane'); console.log(loadKoffi().version);"], {
-    cwd: new URL('../', import.meta.url),
-    env: { ...process.env, ...env },
-    encoding: 'utf8',
-  });
+  spawnSync(
+    process.execPath,
+    ['--input-type=module', '-e', "const { loadKoffi } = await import('@istio-cni/dataplane'); console.log(loadKoffi().version);"],
+    {
+      cwd: new URL('../', import.meta.url),
+      env: { ...process.env, ...env },
+      encoding: 'utf8',
+    },
+  );
 
 test('koffi loads from its prebuilt package without its JavaScript entry', () => {
   const koffi = loadKoffi();
@@ -17,7 +21,13 @@ test('koffi loads from its prebuilt package without its JavaScript entry', () =>
 });
 
 test('ISTIO_CNI_KOFFI_PATH overrides the location; a bad one fails naming the path', () => {
-  const ok = loadIn({ ISTIO_CNI_KOFFI_PATH: execFileSync(process.execPath, ['-p', "require.resolve('@koromix/koffi-linux-x64/package.json').replace('package.json', 'linux_x64/koffi.node')"], { encoding: 'utf8' }).trim() });
+  const ok = loadIn({
+    ISTIO_CNI_KOFFI_PATH: execFileSync(
+      process.execPath,
+      ['-p', "require.resolve('@koromix/koffi-linux-x64/package.json').replace('package.json', 'linux_x64/koffi.node')"],
+      { encoding: 'utf8' },
+    ).trim(),
+  });
   assert.equal(ok.status, 0, ok.stderr);
   const bad = loadIn({ ISTIO_CNI_KOFFI_PATH: '/nonexistent/koffi.node' });
   assert.notEqual(bad.status, 0);

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { PodNetnsRefusedError, podNetnsRefusal, resolveCniNetnsPath, type NetnsReferences, type NsFileFacts } from '../src/podNetnsGuard.ts';
+import {
+  PodNetnsRefusedError,
+  podNetnsRefusal,
+  resolveCniNetnsPath,
+  type NetnsReferences,
+  type NsFileFacts,
+} from '../src/podNetnsGuard.ts';
 
 const NSFS = 4;
 const NODE = { dev: NSFS, ino: 4026531840 };
@@ -9,24 +15,27 @@ const refs: NetnsReferences = { nsfsDev: NSFS, node: NODE, own: AGENT };
 const pod = (ino: number, type = 'net'): NsFileFacts => ({ dev: NSFS, ino, type });
 
 describe('podNetnsRefusal', () => {
-  it('accepts a network namespace that is neither the node\'s nor our own', () => {
+  it("accepts a network namespace that is neither the node's nor our own", () => {
     assert.equal(podNetnsRefusal(pod(4026532500), refs), undefined);
   });
 
-  it('refuses the node\'s netns, whatever path led to it (same inode)', () => {
+  it("refuses the node's netns, whatever path led to it (same inode)", () => {
     assert.equal(podNetnsRefusal(pod(NODE.ino), refs), "it is the node's own network namespace");
   });
 
-  it('refuses the netns istio-cni runs in when it is not the node\'s', () => {
+  it("refuses the netns istio-cni runs in when it is not the node's", () => {
     assert.equal(podNetnsRefusal(pod(AGENT.ino), refs), 'it is the network namespace istio-cni itself runs in');
   });
 
-  it('reports the node\'s netns first when istio-cni runs in it (host network)', () => {
+  it("reports the node's netns first when istio-cni runs in it (host network)", () => {
     assert.equal(podNetnsRefusal(pod(NODE.ino), { ...refs, own: NODE }), "it is the node's own network namespace");
   });
 
-  it('with pid 1 out of reach, our own netns stands in for the node\'s and says so', () => {
-    assert.match(podNetnsRefusal(pod(AGENT.ino), { ...refs, node: undefined }) ?? '', /^it is the network namespace istio-cni runs in \(which stands in for the node's: pid 1 cannot be inspected\)$/);
+  it("with pid 1 out of reach, our own netns stands in for the node's and says so", () => {
+    assert.match(
+      podNetnsRefusal(pod(AGENT.ino), { ...refs, node: undefined }) ?? '',
+      /^it is the network namespace istio-cni runs in \(which stands in for the node's: pid 1 cannot be inspected\)$/,
+    );
     assert.equal(podNetnsRefusal(pod(4026532500), { ...refs, node: undefined }), undefined);
   });
 

@@ -78,7 +78,10 @@ test('peer close: reads see EOF, writes fail with EPIPE', async (t) => {
   const pending = b.receive({ timeoutMs: 5_000 });
   a.close();
   await assert.rejects(pending, codeOf('ERR_SEQPACKET_EOF'));
-  await assert.rejects(b.send(Buffer.from('x')), (err) => codeOf('ERR_SEQPACKET_SYSCALL')(err) && (err as SeqpacketError).syscallCode === 'EPIPE');
+  await assert.rejects(
+    b.send(Buffer.from('x')),
+    (err) => codeOf('ERR_SEQPACKET_SYSCALL')(err) && (err as SeqpacketError).syscallCode === 'EPIPE',
+  );
 });
 
 test('closing a socket fails its pending read; using it afterwards fails too', async () => {
@@ -145,7 +148,11 @@ test('abstract listener (@name) works without a file', async (t) => {
 
 test('connecting to nothing fails with ECONNREFUSED or ENOENT naming the path', async () => {
   await assert.rejects(connectSeqpacket(`@seqpacket-nobody-${process.pid}`), (err) => {
-    return codeOf('ERR_SEQPACKET_SYSCALL')(err) && (err as SeqpacketError).syscallCode === 'ECONNREFUSED' && /seqpacket-nobody/.test((err as Error).message);
+    return (
+      codeOf('ERR_SEQPACKET_SYSCALL')(err) &&
+      (err as SeqpacketError).syscallCode === 'ECONNREFUSED' &&
+      /seqpacket-nobody/.test((err as Error).message)
+    );
   });
   await assert.rejects(connectSeqpacket('/nonexistent/dir/zds.sock'), (err) => (err as SeqpacketError).syscallCode === 'ENOENT');
 });
@@ -153,7 +160,10 @@ test('connecting to nothing fails with ECONNREFUSED or ENOENT naming the path', 
 test('bad socket paths are refused with the offending value', () => {
   assert.throws(() => listenSeqpacket(''), codeOf('ERR_SEQPACKET_INVALID_ARGUMENT'));
   const long = `/tmp/${'x'.repeat(200)}`;
-  assert.throws(() => listenSeqpacket(long), (err) => codeOf('ERR_SEQPACKET_INVALID_ARGUMENT')(err) && (err as Error).message.includes('xxxx'));
+  assert.throws(
+    () => listenSeqpacket(long),
+    (err) => codeOf('ERR_SEQPACKET_INVALID_ARGUMENT')(err) && (err as Error).message.includes('xxxx'),
+  );
 });
 
 test('duplicateFd gives a new number for the same file', (t) => {
@@ -163,5 +173,8 @@ test('duplicateFd gives a new number for the same file', (t) => {
   assert.notEqual(dup, fd);
   assert.equal(fstatSync(dup).ino, fstatSync(fd).ino);
   closeFd(dup);
-  assert.throws(() => duplicateFd(dup), (err) => (err as SeqpacketError).syscallCode === 'EBADF');
+  assert.throws(
+    () => duplicateFd(dup),
+    (err) => (err as SeqpacketError).syscallCode === 'EBADF',
+  );
 });

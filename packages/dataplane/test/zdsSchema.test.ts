@@ -23,7 +23,12 @@ test('schema: package, messages and field numbers are those of zds.proto', () =>
   assert.deepEqual(fields('DelWorkload'), { uid: '2:string' });
   assert.deepEqual(fields('SnapshotSent'), {});
   assert.deepEqual(fields('Ack'), { error: '1:string' });
-  assert.deepEqual(fields('WorkloadRequest'), { add: '1:AddWorkload', keep: '5:KeepWorkload', del: '2:DelWorkload', snapshot_sent: '3:SnapshotSent' });
+  assert.deepEqual(fields('WorkloadRequest'), {
+    add: '1:AddWorkload',
+    keep: '5:KeepWorkload',
+    del: '2:DelWorkload',
+    snapshot_sent: '3:SnapshotSent',
+  });
   assert.deepEqual(zdsRoot.lookupType('istio.workload.zds.WorkloadRequest').oneofs.payload?.oneof, ['add', 'keep', 'del', 'snapshot_sent']);
   assert.deepEqual(fields('WorkloadResponse'), { ack: '1:Ack' });
   assert.deepEqual(zdsRoot.lookupEnum('istio.workload.zds.Version').values, { NOT_USED: 0, V1: 1 });
@@ -38,7 +43,10 @@ test('requests encode byte for byte like the Go marshaller', () => {
   assert.equal(hex(encodeWorkloadRequest({ keep: { uid: 'k' } })), '2a03' + '0a016b');
   assert.equal(hex(encodeWorkloadRequest({ del: { uid: 'abc' } })), '1205' + '1203616263');
   assert.equal(hex(encodeWorkloadRequest({ snapshot_sent: {} })), '1a00');
-  assert.equal(hex(encodeWorkloadRequest({ add: { uid: 'u', workload_info: { name: '', namespace: 'ns', service_account: '' } } })), '0a09' + '0a0175' + '1204' + '12026e73');
+  assert.equal(
+    hex(encodeWorkloadRequest({ add: { uid: 'u', workload_info: { name: '', namespace: 'ns', service_account: '' } } })),
+    '0a09' + '0a0175' + '1204' + '12026e73',
+  );
 });
 
 test('responses and hello round-trip', () => {

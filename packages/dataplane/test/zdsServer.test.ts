@@ -44,7 +44,8 @@ async function rig(t: TestContext, options: Partial<ZtunnelServerOptions> = {}):
   const fds: number[] = [];
   const fakes: FakeZtunnel[] = [];
   const changed = new Set<() => void>();
-  const log = (level: string) => (msg: string, fields?: Record<string, unknown>) => logs.push(`${level}: ${msg} ${JSON.stringify(fields ?? {})}`);
+  const log = (level: string) => (msg: string, fields?: Record<string, unknown>) =>
+    logs.push(`${level}: ${msg} ${JSON.stringify(fields ?? {})}`);
   const server = createZtunnelServer({
     path,
     pods: { readCurrentPodSnapshot: () => new Map(cache) },
@@ -157,7 +158,10 @@ test('podAdded sends Add with the netns fd after the snapshot and resolves on th
 test('no ztunnel connected: podAdded fails with a retryable "no ztunnel connection"', async (t) => {
   const r = await rig(t);
   const fd = r.open(NS.a);
-  await assert.rejects(r.server.podAdded('p', workload('p'), fd), (err) => zdsCode('ERR_ZDS_NO_CONNECTION')(err) && /no ztunnel connection/.test((err as Error).message));
+  await assert.rejects(
+    r.server.podAdded('p', workload('p'), fd),
+    (err) => zdsCode('ERR_ZDS_NO_CONNECTION')(err) && /no ztunnel connection/.test((err as Error).message),
+  );
   await r.server.podDeleted('p'); // nothing to tell, nothing fails
 });
 
@@ -166,7 +170,10 @@ test('an ack error fails podAdded (retryable) and keeps the connection', async (
   const z = await r.fake();
   await z.waitFor(() => z.snapshots[0] === 1, 'snapshot');
   z.refuse = (req) => ('add' in req ? 'netns gone' : undefined);
-  await assert.rejects(r.server.podAdded('p', workload('p'), r.open(NS.a)), (err) => zdsCode('ERR_ZDS_ACK_ERROR')(err) && /netns gone/.test((err as Error).message));
+  await assert.rejects(
+    r.server.podAdded('p', workload('p'), r.open(NS.a)),
+    (err) => zdsCode('ERR_ZDS_ACK_ERROR')(err) && /netns gone/.test((err as Error).message),
+  );
   assert.equal(r.server.connectionCount(), 1);
   z.refuse = undefined;
   await r.server.podAdded('p', workload('p'), r.open(NS.a));
@@ -174,7 +181,10 @@ test('an ack error fails podAdded (retryable) and keeps the connection', async (
 
 test('invalid arguments are refused without touching any connection', async (t) => {
   const r = await rig(t);
-  await assert.rejects(r.server.podAdded('', workload('p'), 3), (err) => err instanceof ZdsError && err.code === 'ERR_ZDS_INVALID_ARGUMENT' && !err.retryable);
+  await assert.rejects(
+    r.server.podAdded('', workload('p'), 3),
+    (err) => err instanceof ZdsError && err.code === 'ERR_ZDS_INVALID_ARGUMENT' && !err.retryable,
+  );
   await assert.rejects(r.server.podAdded('p', workload('p'), -1), /netns fd -1/);
   await assert.rejects(r.server.podDeleted(''), (err) => err instanceof ZdsError && err.code === 'ERR_ZDS_INVALID_ARGUMENT');
 });
@@ -184,7 +194,10 @@ test('a write error drops the connection', async (t) => {
   const z = await r.fake();
   await z.waitFor(() => z.snapshots[0] === 1, 'snapshot');
   z.shutdownRead();
-  await assert.rejects(r.server.podAdded('p', workload('p'), r.open(NS.a)), (err) => zdsCode('ERR_ZDS_SEND_FAILED')(err) && /EPIPE/.test((err as Error).message));
+  await assert.rejects(
+    r.server.podAdded('p', workload('p'), r.open(NS.a)),
+    (err) => zdsCode('ERR_ZDS_SEND_FAILED')(err) && /EPIPE/.test((err as Error).message),
+  );
   await r.connections(0);
   await assert.rejects(r.server.podAdded('p', workload('p'), r.open(NS.a)), zdsCode('ERR_ZDS_NO_CONNECTION'));
 });
@@ -196,7 +209,10 @@ test('keepalive: a ztunnel that goes away while idle is dropped', async (t) => {
   z.drop();
   await r.connections(0);
   assert.deepEqual(r.gauge, [0, 1, 0]);
-  assert.ok(r.logs.some((l) => l.startsWith('info: ztunnel disconnected (EOF)')), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => l.startsWith('info: ztunnel disconnected (EOF)')),
+    r.logs.join('\n'),
+  );
 });
 
 test('keepalive probes leave a quiet, live ztunnel connected', async (t) => {
@@ -257,7 +273,10 @@ test('podDeleted does not deadlock with a ztunnel that disconnects mid-delete', 
   await r.server.podDeleted('p2');
   assert.deepEqual(first.dels, ['p1', 'p2']);
   await r.server.podAdded('p3', workload('p3'), r.open(NS.a));
-  assert.deepEqual(first.adds.map((a) => a.uid), ['p3']);
+  assert.deepEqual(
+    first.adds.map((a) => a.uid),
+    ['p3'],
+  );
 });
 
 test('a ztunnel gone mid-snapshot is dropped; a reconnect gets the full snapshot again', async (t) => {
@@ -337,7 +356,10 @@ async function assertDropped(r: Rig, misbehave: (peer: Awaited<ReturnType<typeof
   await r.connections(1);
   r.expected.set('after', NS.c);
   await r.server.podAdded('after', workload('after'), r.open(NS.c));
-  assert.deepEqual(good.adds.map((a) => a.uid), ['after']);
+  assert.deepEqual(
+    good.adds.map((a) => a.uid),
+    ['after'],
+  );
 }
 
 async function helloAndSnapshot(peer: Awaited<ReturnType<typeof connectSeqpacket>>): Promise<void> {
@@ -350,25 +372,37 @@ async function helloAndSnapshot(peer: Awaited<ReturnType<typeof connectSeqpacket
 test('garbage instead of a hello: disconnected, the server carries on', async (t) => {
   const r = await rig(t);
   await assertDropped(r, (peer) => peer.send(Buffer.from('garbage!!')));
-  assert.ok(r.logs.some((l) => /error: failed to handle ztunnel connection.*failed to decode ztunnel hello/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /error: failed to handle ztunnel connection.*failed to decode ztunnel hello/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('a hello with the wrong version: disconnected', async (t) => {
   const r = await rig(t);
   await assertDropped(r, (peer) => peer.send(encodeZdsHello({ version: 7 })));
-  assert.ok(r.logs.some((l) => /unsupported version 7/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /unsupported version 7/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('an oversized hello (> 1024 bytes, MSG_TRUNC): disconnected', async (t) => {
   const r = await rig(t);
   await assertDropped(r, (peer) => peer.send(Buffer.concat([encodeZdsHello({ version: 1 }), Buffer.alloc(2000)])));
-  assert.ok(r.logs.some((l) => /MSG_TRUNC/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /MSG_TRUNC/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('no hello within the deadline: disconnected', async (t) => {
   const r = await rig(t, { readWriteTimeoutMs: 50 });
   await assertDropped(r, async () => {});
-  assert.ok(r.logs.some((l) => /timed out waiting for ztunnel hello/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /timed out waiting for ztunnel hello/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('an unsolicited message after the snapshot: disconnected', async (t) => {
@@ -377,7 +411,10 @@ test('an unsolicited message after the snapshot: disconnected', async (t) => {
     await helloAndSnapshot(peer);
     await peer.send(encodeWorkloadResponse({ ack: { error: '' } }));
   });
-  assert.ok(r.logs.some((l) => /unexpected message/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /unexpected message/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('a garbage ack: disconnected', async (t) => {
@@ -387,7 +424,10 @@ test('a garbage ack: disconnected', async (t) => {
     await peer.receive({ timeoutMs: 5_000 });
     await peer.send(Buffer.from([0xff, 0xff, 0xff]));
   });
-  assert.ok(r.logs.some((l) => /failed to decode ztunnel response to snapshot_sent/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /failed to decode ztunnel response to snapshot_sent/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('an ack without payload: disconnected', async (t) => {
@@ -397,7 +437,10 @@ test('an ack without payload: disconnected', async (t) => {
     await peer.receive({ timeoutMs: 5_000 });
     await peer.send(Buffer.from('2200', 'hex')); // only an unknown field 4
   });
-  assert.ok(r.logs.some((l) => /carries no ack/.test(l)), r.logs.join('\n'));
+  assert.ok(
+    r.logs.some((l) => /carries no ack/.test(l)),
+    r.logs.join('\n'),
+  );
 });
 
 test('close(): connections end, the socket file goes, requests fail', async (t) => {

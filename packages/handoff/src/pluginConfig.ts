@@ -51,10 +51,7 @@ export function pluginConfigText(config: PluginConfig): string {
 }
 
 function invalid(key: string, expected: string, value: unknown): CniError {
-  return new CniError(
-    ErrorCode.InvalidNetworkConfig,
-    `invalid istio-cni config: ${key} must be ${expected}, got ${JSON.stringify(value)}`,
-  );
+  return new CniError(ErrorCode.InvalidNetworkConfig, `invalid istio-cni config: ${key} must be ${expected}, got ${JSON.stringify(value)}`);
 }
 
 function stringKey(raw: Record<string, unknown>, key: string, fallback: string): string {

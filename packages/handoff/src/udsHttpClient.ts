@@ -29,12 +29,7 @@ export class UdsTimeoutError extends Error {
 
 const MAX_RESPONSE_BYTES = 4 << 20;
 
-export function postJson(
-  socketPath: string,
-  path: string,
-  body: unknown,
-  timeoutMs: number,
-): Promise<UdsResponse> {
+export function postJson(socketPath: string, path: string, body: unknown, timeoutMs: number): Promise<UdsResponse> {
   const payload = Buffer.from(JSON.stringify(body));
   const head =
     `POST ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n` +
@@ -53,10 +48,7 @@ export function postJson(
       if (err) reject(err);
       else resolve(res as UdsResponse);
     };
-    const timer = setTimeout(
-      () => finish(new UdsTimeoutError(`no answer from ${socketPath} within ${timeoutMs} ms`)),
-      timeoutMs,
-    );
+    const timer = setTimeout(() => finish(new UdsTimeoutError(`no answer from ${socketPath} within ${timeoutMs} ms`)), timeoutMs);
     socket.on('connect', () => {
       connected = true;
       // No half-close: node:http servers drop a request whose client already sent FIN.

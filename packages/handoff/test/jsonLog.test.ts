@@ -11,7 +11,13 @@ describe('createJsonLogger', () => {
     log.with({ pod: 'ns/p' }).info('hello', { n: 1, err: new Error('boom') });
     assert.equal(lines.length, 1);
     assert.deepEqual(JSON.parse(lines[0] ?? ''), {
-      level: 'info', time: '2026-01-02T03:04:05.678Z', scope: 'cni-plugin', msg: 'hello', pod: 'ns/p', n: 1, err: 'boom',
+      level: 'info',
+      time: '2026-01-02T03:04:05.678Z',
+      scope: 'cni-plugin',
+      msg: 'hello',
+      pod: 'ns/p',
+      n: 1,
+      err: 'boom',
     });
   });
 
@@ -22,7 +28,10 @@ describe('createJsonLogger', () => {
     log.warn('kept');
     log.setThreshold('none');
     log.error('dropped too');
-    assert.deepEqual(lines.map((l) => JSON.parse(l).msg), ['kept']);
+    assert.deepEqual(
+      lines.map((l) => JSON.parse(l).msg),
+      ['kept'],
+    );
   });
 
   it('parses thresholds leniently with a fallback', () => {

@@ -18,7 +18,7 @@ function conf(extra: Record<string, unknown> = {}) {
 }
 
 describe('parsePluginConfig', () => {
-  it('applies upstream\'s netconf defaults', () => {
+  it("applies upstream's netconf defaults", () => {
     const c = parsePluginConfig(parseNetConf('{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}'));
     assert.deepEqual(c, {
       pluginLogLevel: '',
@@ -66,7 +66,10 @@ describe('buildPluginConfig', () => {
 
   it('writes what the plugin reads back', () => {
     const read = parsePluginConfig(parseNetConf(JSON.stringify(buildPluginConfig(written))));
-    assert.deepEqual(read, { ...written, enablementSelectors: [{ podSelector: written.enablementSelectors[0]?.podSelector, namespaceSelector: {} }] });
+    assert.deepEqual(read, {
+      ...written,
+      enablementSelectors: [{ podSelector: written.enablementSelectors[0]?.podSelector, namespaceSelector: {} }],
+    });
   });
 
   it('writes force_iptables_binary only when set, and no excluded namespaces as null', () => {

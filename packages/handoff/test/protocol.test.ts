@@ -1,13 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  PROTOCOL,
-  ProtocolError,
-  isFailure,
-  isSupportedProtocol,
-  parseHandoffRequest,
-  parseHandoffResponse,
-} from '@istio-cni/handoff';
+import { PROTOCOL, ProtocolError, isFailure, isSupportedProtocol, parseHandoffRequest, parseHandoffResponse } from '@istio-cni/handoff';
 
 const validRequest = {
   protocol: 1,
@@ -59,7 +52,10 @@ describe('parseHandoffRequest', () => {
   ];
   for (const [name, body, message] of bad) {
     it(`rejects ${name}`, () => {
-      assert.throws(() => parseHandoffRequest(body), (err: unknown) => err instanceof ProtocolError && message.test(err.message));
+      assert.throws(
+        () => parseHandoffRequest(body),
+        (err: unknown) => err instanceof ProtocolError && message.test(err.message),
+      );
     });
   }
 });

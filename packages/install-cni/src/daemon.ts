@@ -76,7 +76,10 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     });
     closers.push(() => logSink.close());
     // Readiness (docs/architecture.md): watch ready gates /readyz only with ambient on; the taint also waits for the informers.
-    const health = await startHealthServer(settings.readinessPort, () => readiness.install && (readiness.agent || !settings.ambientEnabled));
+    const health = await startHealthServer(
+      settings.readinessPort,
+      () => readiness.install && (readiness.agent || !settings.ambientEnabled),
+    );
     closers.push(() => health.close());
     agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
     const handoff: HandoffServer = await startHandoffServer({

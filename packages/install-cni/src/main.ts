@@ -28,10 +28,7 @@ const program = new Command('install-cni')
 registerSettingsOptions(program).action(async (opts: ParsedOptions) => {
   const settings = resolveSettings(opts, process.env);
   const logger = createDaemonLogger(settings.logLevels.agent);
-  await runDaemon(
-    { settings, logger, ...(process.env.KUBECONFIG ? { kubeconfigPath: process.env.KUBECONFIG } : {}) },
-    shutdownSignal(),
-  );
+  await runDaemon({ settings, logger, ...(process.env.KUBECONFIG ? { kubeconfigPath: process.env.KUBECONFIG } : {}) }, shutdownSignal());
 });
 
 program.addCommand(installBinariesCommand(() => createDaemonLogger()));

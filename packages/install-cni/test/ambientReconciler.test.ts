@@ -19,7 +19,18 @@ interface Call {
   annotation?: string | undefined;
 }
 
-function pod(name: string, o: { ns?: string; labels?: Record<string, string>; ips?: string[]; phase?: string; annotation?: string; hostNetwork?: boolean; uid?: string } = {}): Pod {
+function pod(
+  name: string,
+  o: {
+    ns?: string;
+    labels?: Record<string, string>;
+    ips?: string[];
+    phase?: string;
+    annotation?: string;
+    hostNetwork?: boolean;
+    uid?: string;
+  } = {},
+): Pod {
   return {
     metadata: {
       name,
@@ -48,10 +59,19 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
       const f = addFailures.shift();
       if (f) throw f;
       // The real dataplane annotates through the API; the watch brings the update back.
-      pods.upsert({ ...p, metadata: { ...p.metadata, annotations: { ...p.metadata.annotations, 'ambient.istio.io/redirection': 'enabled' } } });
+      pods.upsert({
+        ...p,
+        metadata: { ...p.metadata, annotations: { ...p.metadata.annotations, 'ambient.istio.io/redirection': 'enabled' } },
+      });
     },
     async removePodFromMesh(p, isDelete) {
-      calls.push({ op: 'remove', pod: p.metadata.name ?? '', isDelete, annotation: annotation(p), ips: (p.status?.podIPs ?? []).map((x) => x.ip) });
+      calls.push({
+        op: 'remove',
+        pod: p.metadata.name ?? '',
+        isDelete,
+        annotation: annotation(p),
+        ips: (p.status?.podIPs ?? []).map((x) => x.ip),
+      });
       const f = removeFailures.shift();
       if (f) throw f;
       const current = pods.get(p.metadata.namespace, p.metadata.name ?? '');
@@ -72,7 +92,11 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
   const reconciler = createAmbientReconciler({
     view,
     dataplane,
-    policy: { selectors: DEFAULT_ENABLEMENT_SELECTORS, excludeNamespaces: opts.exclude ?? ['kube-system'], systemNamespace: 'istio-system' },
+    policy: {
+      selectors: DEFAULT_ENABLEMENT_SELECTORS,
+      excludeNamespaces: opts.exclude ?? ['kube-system'],
+      systemNamespace: 'istio-system',
+    },
     logger,
     queue: { retryDelayMs: 1, maxRetryDelayMs: 4 },
   });
@@ -111,7 +135,7 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     assert.equal(h.calls.length, 1);
   });
 
-  it('does not retry a refused netns (the node\'s own found for the pod)', async () => {
+  it("does not retry a refused netns (the node's own found for the pod)", async () => {
     const h = setup({ failAdd: [new PodNetnsRefusedError('/host/proc/1/ns/net', "it is the node's own network namespace")] });
     h.reconciler.start();
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], labels: AMBIENT }));
@@ -150,7 +174,10 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     h.reconciler.start();
     h.namespaces.upsert(ns('default'));
     await h.settle();
-    assert.deepEqual(h.calls.map((c) => `${c.op}:${c.isDelete}`), ['remove:false', 'remove:false']);
+    assert.deepEqual(
+      h.calls.map((c) => `${c.op}:${c.isDelete}`),
+      ['remove:false', 'remove:false'],
+    );
   });
 
   it('removes an enrolled pod whose label opts it out', async () => {
@@ -160,7 +187,10 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     h.reconciler.start();
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled', labels: { 'istio.io/dataplane-mode': 'none' } }));
     await h.settle();
-    assert.deepEqual(h.calls.map((c) => c.op), ['remove']);
+    assert.deepEqual(
+      h.calls.map((c) => c.op),
+      ['remove'],
+    );
   });
 
   it('removes a terminated Job pod using the old object (which still has its IPs), even with retries', async () => {
@@ -195,7 +225,10 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     assert.equal(h.calls.length, 0);
     h.reconciler.queue.add({ type: 'delete', namespace: 'default', name: 'gone', pod: gone });
     await h.settle();
-    assert.deepEqual(h.calls.map((c) => `${c.op}:${c.isDelete}`), ['remove:true']);
+    assert.deepEqual(
+      h.calls.map((c) => `${c.op}:${c.isDelete}`),
+      ['remove:true'],
+    );
   });
 
   it('re-asserts the probe set only when an enrolled pod changes IPs', async () => {
@@ -230,10 +263,16 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
       h.reconciler.start();
       h.pods.upsert(enrolled);
       await h.settle();
-      assert.deepEqual(h.calls.map((c) => `${c.op}:${c.isDelete}`), ['remove:false']);
+      assert.deepEqual(
+        h.calls.map((c) => `${c.op}:${c.isDelete}`),
+        ['remove:false'],
+      );
       h.pods.delete(pod('dns', { ns: 'kube-system', ips: ['10.0.0.2'], annotation: 'enabled' }));
       await h.settle();
-      assert.deepEqual(h.calls.map((c) => `${c.op}:${c.isDelete}`), ['remove:false', 'remove:true']);
+      assert.deepEqual(
+        h.calls.map((c) => `${c.op}:${c.isDelete}`),
+        ['remove:false', 'remove:true'],
+      );
     });
   });
 
@@ -253,6 +292,9 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     h.reconciler.start();
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'pending' }));
     await h.settle();
-    assert.deepEqual(h.calls.map((c) => c.op), ['add']);
+    assert.deepEqual(
+      h.calls.map((c) => c.op),
+      ['add'],
+    );
   });
 });

@@ -47,7 +47,11 @@ describe('crash safety', () => {
     // The next pass removes whatever temp files the kills left behind.
     await new Installer({ settings, logger: captureLogger().logger }).installAll();
     for (const dir of [host.binDir, host.netDir, host.runDir]) {
-      assert.deepEqual((await readdir(dir)).filter((n) => n.includes('.tmp.')), [], `no temp files left in ${dir}`);
+      assert.deepEqual(
+        (await readdir(dir)).filter((n) => n.includes('.tmp.')),
+        [],
+        `no temp files left in ${dir}`,
+      );
     }
   });
 });

@@ -9,7 +9,6 @@ import type { Installer } from '../src/installer/installer.ts';
 import { resolveSettings } from '../src/settings/settings.ts';
 import { CNI_TESTDATA, captureLogger, scratchHost, seedOrdered, waitFor, type ScratchHost } from './testHelpers.ts';
 
-
 async function freePort(): Promise<number> {
   const s = createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
@@ -81,7 +80,10 @@ describe('daemon', () => {
     const host = await scratchHost(t);
     await seedOrdered(host.netDir, ['calico.conflist']);
     const settings = resolveSettings({}, env(host, { KUBERNETES_SERVICE_HOST: '', MONITORING_PORT: '0' }), { hostname: () => 'n' });
-    await assert.rejects(runDaemon({ settings, logger: captureLogger().logger }, new AbortController().signal), /KUBERNETES_SERVICE_HOST not set/);
+    await assert.rejects(
+      runDaemon({ settings, logger: captureLogger().logger }, new AbortController().signal),
+      /KUBERNETES_SERVICE_HOST not set/,
+    );
     assert.equal(existsSync(join(host.binDir, 'istio-cni')), false);
   });
 });

@@ -35,10 +35,13 @@ async function withServer(handler: HandoffHandler, fn: (socketPath: string) => P
 describe('hand-off server', () => {
   it('creates a root-only socket (0600) and removes it on close', async () => {
     let path = '';
-    await withServer(async () => ({ protocol: 1, verdict: 'ok' }), async (socketPath) => {
-      path = socketPath;
-      assert.equal(statSync(socketPath).mode & 0o777, 0o600);
-    });
+    await withServer(
+      async () => ({ protocol: 1, verdict: 'ok' }),
+      async (socketPath) => {
+        path = socketPath;
+        assert.equal(statSync(socketPath).mode & 0o777, 0o600);
+      },
+    );
     assert.throws(() => statSync(path), /ENOENT/);
   });
 
@@ -63,61 +66,73 @@ describe('hand-off server', () => {
 
   it('passes the parsed request to the handler and returns its verdict', async () => {
     let seen: HandoffRequest | undefined;
-    await withServer(async (r) => {
-      seen = r;
-      return { protocol: 1, verdict: 'skipped', reason: 'no sidecar' };
-    }, async (socketPath) => {
-      const res = await postJson(socketPath, HANDOFF_PATH, request, 2000);
-      assert.equal(res.status, 200);
-      assert.deepEqual(JSON.parse(res.body), { protocol: 1, verdict: 'skipped', reason: 'no sidecar' });
-      assert.deepEqual(seen, request);
-    });
+    await withServer(
+      async (r) => {
+        seen = r;
+        return { protocol: 1, verdict: 'skipped', reason: 'no sidecar' };
+      },
+      async (socketPath) => {
+        const res = await postJson(socketPath, HANDOFF_PATH, request, 2000);
+        assert.equal(res.status, 200);
+        assert.deepEqual(JSON.parse(res.body), { protocol: 1, verdict: 'skipped', reason: 'no sidecar' });
+        assert.deepEqual(seen, request);
+      },
+    );
   });
 
   it('returns a handler CNI error with status 500', async () => {
-    await withServer(async () => ({ error: { code: 11, msg: 'no ztunnel connection' } }), async (socketPath) => {
-      const res = await postJson(socketPath, HANDOFF_PATH, request, 2000);
-      assert.equal(res.status, 500);
-      assert.deepEqual(JSON.parse(res.body), { protocol: 1, error: { code: 11, msg: 'no ztunnel connection' } });
-    });
+    await withServer(
+      async () => ({ error: { code: 11, msg: 'no ztunnel connection' } }),
+      async (socketPath) => {
+        const res = await postJson(socketPath, HANDOFF_PATH, request, 2000);
+        assert.equal(res.status, 500);
+        assert.deepEqual(JSON.parse(res.body), { protocol: 1, error: { code: 11, msg: 'no ztunnel connection' } });
+      },
+    );
   });
 
   it('turns a throwing handler into code 999 and keeps serving', async () => {
     let calls = 0;
-    await withServer(async () => {
-      calls++;
-      if (calls === 1) throw new Error('boom');
-      return { protocol: 1, verdict: 'ok' };
-    }, async (socketPath) => {
-      const first = await postJson(socketPath, HANDOFF_PATH, request, 2000);
-      assert.deepEqual(JSON.parse(first.body).error, { code: 999, msg: 'boom' });
-      const second = await postJson(socketPath, HANDOFF_PATH, request, 2000);
-      assert.equal(second.status, 200);
-    });
+    await withServer(
+      async () => {
+        calls++;
+        if (calls === 1) throw new Error('boom');
+        return { protocol: 1, verdict: 'ok' };
+      },
+      async (socketPath) => {
+        const first = await postJson(socketPath, HANDOFF_PATH, request, 2000);
+        assert.deepEqual(JSON.parse(first.body).error, { code: 999, msg: 'boom' });
+        const second = await postJson(socketPath, HANDOFF_PATH, request, 2000);
+        assert.equal(second.status, 200);
+      },
+    );
   });
 
   it('rejects malformed and unsupported requests without calling the handler', async () => {
     let calls = 0;
-    await withServer(async () => {
-      calls++;
-      return { protocol: 1, verdict: 'ok' };
-    }, async (socketPath) => {
-      const cases: [unknown, number, number, RegExp][] = [
-        ['not an object', 400, 6, /JSON object/],
-        [{ ...request, command: 'RUN' }, 400, 6, /unknown command/],
-        [{ ...request, protocol: 99 }, 400, 1, /protocol 99 not supported/],
-        [{ ...request, junk: 'x'.repeat(2 << 20) }, 413, 6, /exceeds/],
-      ];
-      for (const [body, status, code, msg] of cases) {
-        const res = await postJson(socketPath, HANDOFF_PATH, body, 5000);
-        assert.equal(res.status, status, res.body);
-        const err = JSON.parse(res.body).error;
-        assert.equal(err.code, code);
-        assert.match(err.msg, msg);
-      }
-      const wrongPath = await postJson(socketPath, '/cmdadd', request, 2000);
-      assert.equal(wrongPath.status, 404);
-      assert.equal(calls, 0);
-    });
+    await withServer(
+      async () => {
+        calls++;
+        return { protocol: 1, verdict: 'ok' };
+      },
+      async (socketPath) => {
+        const cases: [unknown, number, number, RegExp][] = [
+          ['not an object', 400, 6, /JSON object/],
+          [{ ...request, command: 'RUN' }, 400, 6, /unknown command/],
+          [{ ...request, protocol: 99 }, 400, 1, /protocol 99 not supported/],
+          [{ ...request, junk: 'x'.repeat(2 << 20) }, 413, 6, /exceeds/],
+        ];
+        for (const [body, status, code, msg] of cases) {
+          const res = await postJson(socketPath, HANDOFF_PATH, body, 5000);
+          assert.equal(res.status, status, res.body);
+          const err = JSON.parse(res.body).error;
+          assert.equal(err.code, code);
+          assert.match(err.msg, msg);
+        }
+        const wrongPath = await postJson(socketPath, '/cmdadd', request, 2000);
+        assert.equal(wrongPath.status, 404);
+        assert.equal(calls, 0);
+      },
+    );
   });
 });

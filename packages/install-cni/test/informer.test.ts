@@ -8,7 +8,9 @@ import { waitFor } from './testHelpers.ts';
 
 const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
 
-const pod = (name: string, rv: string) => ({ metadata: { name, namespace: 'default', resourceVersion: rv, managedFields: [{ manager: 'x' }] } });
+const pod = (name: string, rv: string) => ({
+  metadata: { name, namespace: 'default', resourceVersion: rv, managedFields: [{ manager: 'x' }] },
+});
 
 describe('informer', () => {
   it('lists every page, resumes the watch from the last bookmark, and on 410 re-lists with a diff (delete for what vanished, nothing for what is unchanged)', async (t) => {
@@ -33,7 +35,10 @@ describe('informer', () => {
         res.write(JSON.stringify({ type: 'MODIFIED', object: pod('a', '5') }) + '\n');
         res.end(JSON.stringify({ type: 'BOOKMARK', object: { metadata: { resourceVersion: '20' } } }) + '\n');
       } else if (watches === 2) {
-        res.end(JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } }) + '\n');
+        res.end(
+          JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } }) +
+            '\n',
+        );
       } else {
         res.write(JSON.stringify({ type: 'ADDED', object: pod('d', '31') }) + '\n');
       }
@@ -41,10 +46,21 @@ describe('informer', () => {
     const store = new ObjectStore<ReturnType<typeof pod>>();
     const events: string[] = [];
     store.onChange((type, o) => events.push(`${type} ${o.metadata.name}`));
-    const informer = runInformer(client, { what: 'pod', path: '/api/v1/pods', fieldSelector: 'spec.nodeName=n1', store, logger, retryDelayMs: 5 });
+    const informer = runInformer(client, {
+      what: 'pod',
+      path: '/api/v1/pods',
+      fieldSelector: 'spec.nodeName=n1',
+      store,
+      logger,
+      retryDelayMs: 5,
+    });
     t.after(() => informer.stop());
     await informer.synced;
-    assert.deepEqual(store.list().map((p) => p.metadata.name), ['a', 'b'], 'both pages');
+    assert.deepEqual(
+      store.list().map((p) => p.metadata.name),
+      ['a', 'b'],
+      'both pages',
+    );
     assert.equal(store.get('default', 'a')?.metadata.managedFields, undefined, 'managedFields dropped');
     await waitFor('d', () => store.get('default', 'd'));
     assert.deepEqual(events, ['add a', 'add b', 'update a', 'add c', 'delete b', 'add d']);
@@ -59,17 +75,25 @@ describe('informer', () => {
 
   it('retries a failing list with backoff and syncs once the API answers', async (t) => {
     let lists = 0;
-    const { client } = await scriptedApi(t, (req, res) => {
-      if (req.url.searchParams.get('watch') === 'true') {
-        res.writeHead(200);
-        return;
-      }
-      lists++;
-      if (lists < 3) json(res, 500, { kind: 'Status', message: 'etcd unavailable', code: 500 });
-      else json(res, 200, { metadata: { resourceVersion: '1' }, items: [pod('a', '1')] });
-    }, { maxAttempts: 1 }); // the informer's own retries, without the client's
+    const { client } = await scriptedApi(
+      t,
+      (req, res) => {
+        if (req.url.searchParams.get('watch') === 'true') {
+          res.writeHead(200);
+          return;
+        }
+        lists++;
+        if (lists < 3) json(res, 500, { kind: 'Status', message: 'etcd unavailable', code: 500 });
+        else json(res, 200, { metadata: { resourceVersion: '1' }, items: [pod('a', '1')] });
+      },
+      { maxAttempts: 1 },
+    ); // the informer's own retries, without the client's
     const warnings: string[] = [];
-    const log = createJsonLogger({ scope: 'test', threshold: 'warn', sink: (l) => warnings.push((JSON.parse(l) as { error: string }).error) });
+    const log = createJsonLogger({
+      scope: 'test',
+      threshold: 'warn',
+      sink: (l) => warnings.push((JSON.parse(l) as { error: string }).error),
+    });
     const store = new ObjectStore<ReturnType<typeof pod>>();
     const informer = runInformer(client, { what: 'pod', path: '/api/v1/pods', store, logger: log, retryDelayMs: 5 });
     t.after(() => informer.stop());
@@ -120,7 +144,10 @@ describe('informer', () => {
     const watchRvs = seen.filter((r) => r.url.searchParams.get('watch') === 'true').map((r) => r.url.searchParams.get('resourceVersion'));
     assert.deepEqual(watchRvs, ['10', '11', '30'], 'resumed after the last whole event, then from the new list');
     assert.equal(lists, 3);
-    assert.ok(waits.some((w) => w >= 1000), `Retry-After honoured: ${waits.join(',')}`);
+    assert.ok(
+      waits.some((w) => w >= 1000),
+      `Retry-After honoured: ${waits.join(',')}`,
+    );
   });
 
   it('stopped while its list is in flight: opens no watch', async (t) => {
@@ -131,6 +158,10 @@ describe('informer', () => {
     await waitFor('the list request', () => seen.length === 1 || undefined);
     informer.stop();
     await new Promise((r) => setTimeout(r, 150));
-    assert.deepEqual(seen.map((r) => r.url.searchParams.get('watch')), [null], 'only the list');
+    assert.deepEqual(
+      seen.map((r) => r.url.searchParams.get('watch')),
+      [null],
+      'only the list',
+    );
   });
 });

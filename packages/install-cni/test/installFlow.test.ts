@@ -26,22 +26,143 @@ interface FlowCase {
 }
 
 const CASES: FlowCase[] = [
-  { name: 'File with pre-plugins--.conflist', chained: true, confName: '00-calico.conflist', seeded: ['calico.conflist'], result: '00-calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'File without pre-plugins--.conf', chained: true, confName: '00-minikube_cni.conf', seeded: ['minikube_cni.conf'], result: '00-minikube_cni.conflist', expected: MINIKUBE, clean: MINIKUBE_CLEAN },
-  { name: 'First file with pre-plugins--.conflist', chained: true, confName: '', seeded: ['calico.conflist', 'minikube_cni.conf'], result: '00-calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'First file without pre-plugins--.conf', chained: true, confName: '', seeded: ['minikube_cni.conf', 'calico.conflist'], result: '00-minikube_cni.conflist', expected: MINIKUBE, clean: MINIKUBE_CLEAN },
-  { name: 'Skip non-json file for first valid .conf file', chained: true, confName: '', seeded: ['non_json.conf', 'minikube_cni.conf', 'calico.conflist'], result: '01-minikube_cni.conflist', expected: MINIKUBE, clean: MINIKUBE_CLEAN },
-  { name: 'Skip non-json file for first valid .conflist file', chained: true, confName: '', seeded: ['non_json.conf', 'calico.conflist', 'minikube_cni.conf'], result: '01-calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'Skip invalid .conf file for first valid .conf file', chained: true, confName: '', seeded: ['bad_minikube_cni.conf', 'minikube_cni.conf', 'calico.conflist'], result: '01-minikube_cni.conflist', expected: MINIKUBE, clean: MINIKUBE_CLEAN },
-  { name: 'Skip invalid .conf file for first valid .conflist file', chained: true, confName: '', seeded: ['bad_minikube_cni.conf', 'calico.conflist', 'minikube_cni.conf'], result: '01-calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'Skip invalid .conflist files for first valid .conf file', chained: true, confName: '', seeded: ['noname_calico.conflist', 'noplugins_calico.conflist', 'minikube_cni.conf', 'calico.conflist'], result: '02-minikube_cni.conflist', expected: MINIKUBE, clean: MINIKUBE_CLEAN },
-  { name: 'Skip invalid .conflist files for first valid .conflist file', chained: true, confName: '', seeded: ['noname_calico.conflist', 'noplugins_calico.conflist', 'calico.conflist', 'minikube_cni.conf'], result: '02-calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'confFile env var point to missing .conf with valid .conflist file', chained: true, confName: '00-calico.conf', seeded: ['calico.conflist'], result: '00-calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'confFile env var point to missing .conflist with valid .conf file', chained: true, confName: '00-minikube_cni.conflist', seeded: ['minikube_cni.conf'], result: '00-minikube_cni.conflist', expected: MINIKUBE, clean: MINIKUBE_CLEAN },
-  { name: 'confFile env var point to missing file initially and ignore different conf', chained: true, confName: 'missing_initially.conf', seeded: [], delayed: 'calico.conflist', result: 'missing_initially.conflist', expected: CALICO, clean: CALICO_CLEAN },
-  { name: 'confFile env var not specified and no valid conf file initially', chained: true, confName: '', seeded: [], delayed: 'calico.conflist', result: 'calico.conflist', expected: CALICO, clean: CALICO_CLEAN },
+  {
+    name: 'File with pre-plugins--.conflist',
+    chained: true,
+    confName: '00-calico.conflist',
+    seeded: ['calico.conflist'],
+    result: '00-calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'File without pre-plugins--.conf',
+    chained: true,
+    confName: '00-minikube_cni.conf',
+    seeded: ['minikube_cni.conf'],
+    result: '00-minikube_cni.conflist',
+    expected: MINIKUBE,
+    clean: MINIKUBE_CLEAN,
+  },
+  {
+    name: 'First file with pre-plugins--.conflist',
+    chained: true,
+    confName: '',
+    seeded: ['calico.conflist', 'minikube_cni.conf'],
+    result: '00-calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'First file without pre-plugins--.conf',
+    chained: true,
+    confName: '',
+    seeded: ['minikube_cni.conf', 'calico.conflist'],
+    result: '00-minikube_cni.conflist',
+    expected: MINIKUBE,
+    clean: MINIKUBE_CLEAN,
+  },
+  {
+    name: 'Skip non-json file for first valid .conf file',
+    chained: true,
+    confName: '',
+    seeded: ['non_json.conf', 'minikube_cni.conf', 'calico.conflist'],
+    result: '01-minikube_cni.conflist',
+    expected: MINIKUBE,
+    clean: MINIKUBE_CLEAN,
+  },
+  {
+    name: 'Skip non-json file for first valid .conflist file',
+    chained: true,
+    confName: '',
+    seeded: ['non_json.conf', 'calico.conflist', 'minikube_cni.conf'],
+    result: '01-calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'Skip invalid .conf file for first valid .conf file',
+    chained: true,
+    confName: '',
+    seeded: ['bad_minikube_cni.conf', 'minikube_cni.conf', 'calico.conflist'],
+    result: '01-minikube_cni.conflist',
+    expected: MINIKUBE,
+    clean: MINIKUBE_CLEAN,
+  },
+  {
+    name: 'Skip invalid .conf file for first valid .conflist file',
+    chained: true,
+    confName: '',
+    seeded: ['bad_minikube_cni.conf', 'calico.conflist', 'minikube_cni.conf'],
+    result: '01-calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'Skip invalid .conflist files for first valid .conf file',
+    chained: true,
+    confName: '',
+    seeded: ['noname_calico.conflist', 'noplugins_calico.conflist', 'minikube_cni.conf', 'calico.conflist'],
+    result: '02-minikube_cni.conflist',
+    expected: MINIKUBE,
+    clean: MINIKUBE_CLEAN,
+  },
+  {
+    name: 'Skip invalid .conflist files for first valid .conflist file',
+    chained: true,
+    confName: '',
+    seeded: ['noname_calico.conflist', 'noplugins_calico.conflist', 'calico.conflist', 'minikube_cni.conf'],
+    result: '02-calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'confFile env var point to missing .conf with valid .conflist file',
+    chained: true,
+    confName: '00-calico.conf',
+    seeded: ['calico.conflist'],
+    result: '00-calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'confFile env var point to missing .conflist with valid .conf file',
+    chained: true,
+    confName: '00-minikube_cni.conflist',
+    seeded: ['minikube_cni.conf'],
+    result: '00-minikube_cni.conflist',
+    expected: MINIKUBE,
+    clean: MINIKUBE_CLEAN,
+  },
+  {
+    name: 'confFile env var point to missing file initially and ignore different conf',
+    chained: true,
+    confName: 'missing_initially.conf',
+    seeded: [],
+    delayed: 'calico.conflist',
+    result: 'missing_initially.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
+  {
+    name: 'confFile env var not specified and no valid conf file initially',
+    chained: true,
+    confName: '',
+    seeded: [],
+    delayed: 'calico.conflist',
+    result: 'calico.conflist',
+    expected: CALICO,
+    clean: CALICO_CLEAN,
+  },
   { name: 'standalone plugin default name', chained: false, confName: '', seeded: [], result: 'YYY-istio-cni.conf', expected: STANDALONE },
-  { name: 'standalone plugin user defined name', chained: false, confName: 'user-defined.conf', seeded: [], result: 'user-defined.conf', expected: STANDALONE },
+  {
+    name: 'standalone plugin user defined name',
+    chained: false,
+    confName: 'user-defined.conf',
+    seeded: [],
+    result: 'user-defined.conf',
+    expected: STANDALONE,
+  },
 ];
 
 async function readOr(path: string): Promise<string | undefined> {
@@ -87,7 +208,10 @@ describe('install flow (cni/test/testdata, inputs.md §5.9)', () => {
       if (c.clean !== undefined) assert.equal(await readFile(resultPath, 'utf8'), await readFile(join(CNI_TESTDATA, c.clean), 'utf8'));
       else assert.equal(existsSync(resultPath), false);
       assert.equal(existsSync(join(host.binDir, 'istio-cni')), false);
-      assert.deepEqual((await readdir(host.netDir)).filter((n) => n.includes('.tmp')), []);
+      assert.deepEqual(
+        (await readdir(host.netDir)).filter((n) => n.includes('.tmp')),
+        [],
+      );
       assert.equal(existsSync(installer.kubeconfigPath), false);
     });
   }
@@ -101,9 +225,15 @@ describe('cleanup beyond upstream', () => {
     const installer = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
     await installer.installAll();
     assert.equal(existsSync(join(host.netDir, '00-minikube_cni.conf')), false);
-    assert.equal(await readFile(join(host.netDir, '00-minikube_cni.conflist'), 'utf8'), await readFile(join(CNI_TESTDATA, MINIKUBE), 'utf8'));
+    assert.equal(
+      await readFile(join(host.netDir, '00-minikube_cni.conflist'), 'utf8'),
+      await readFile(join(CNI_TESTDATA, MINIKUBE), 'utf8'),
+    );
     const report = await installer.cleanup();
-    assert.deepEqual(report.configs.map((x) => x.result), ['restored']);
+    assert.deepEqual(
+      report.configs.map((x) => x.result),
+      ['restored'],
+    );
     assert.deepEqual(await readdir(host.netDir), ['00-minikube_cni.conf']);
     assert.deepEqual(await readFile(join(host.netDir, '00-minikube_cni.conf')), original);
     assert.equal((await stat(join(host.netDir, '00-minikube_cni.conf'))).mode & 0o777, 0o644);
@@ -119,10 +249,16 @@ describe('cleanup beyond upstream', () => {
     changed.extra = 'kept';
     await atomicWrite(path, JSON.stringify(changed), 0o644);
     const report = await installer.cleanup();
-    assert.deepEqual(report.configs.map((x) => x.result), ['entry-removed']);
+    assert.deepEqual(
+      report.configs.map((x) => x.result),
+      ['entry-removed'],
+    );
     const after = JSON.parse(await readFile(path, 'utf8')) as { extra: string; plugins: { type: string }[] };
     assert.equal(after.extra, 'kept');
-    assert.deepEqual(after.plugins.map((p) => p.type), ['calico', 'portmap']);
+    assert.deepEqual(
+      after.plugins.map((p) => p.type),
+      ['calico', 'portmap'],
+    );
   });
 
   it('keeps the binary while another config still names istio-cni', async (t) => {

@@ -8,12 +8,27 @@ import { buildKubeconfig, writeKubeconfig } from '../src/installer/kubeconfig.ts
 import { Installer } from '../src/installer/installer.ts';
 import { atomicWrite } from '../src/installer/atomicWrite.ts';
 import { removeIstioEntry } from '../src/installer/insertCniConfig.ts';
-import { INSTALL_TESTDATA, CNI_TESTDATA, captureLogger, cniTestSettings, scratchHost, seedOrdered, tempDir, waitFor } from './testHelpers.ts';
+import {
+  INSTALL_TESTDATA,
+  CNI_TESTDATA,
+  captureLogger,
+  cniTestSettings,
+  scratchHost,
+  seedOrdered,
+  tempDir,
+  waitFor,
+} from './testHelpers.ts';
 
 const golden = (name: string) => readFile(join(INSTALL_TESTDATA, name), 'utf8');
 
 describe('kubeconfig (inputs.md §5.8)', () => {
-  const base = { k8sServiceProtocol: '', k8sServicePort: '443', kubeCaFile: join(INSTALL_TESTDATA, 'kube-ca.crt'), skipTlsVerify: false, mode: 0o600 };
+  const base = {
+    k8sServiceProtocol: '',
+    k8sServicePort: '443',
+    kubeCaFile: join(INSTALL_TESTDATA, 'kube-ca.crt'),
+    skipTlsVerify: false,
+    mode: 0o600,
+  };
   async function setup(t: Parameters<typeof tempDir>[0]) {
     const dir = await tempDir(t);
     await writeFile(join(dir, 'token'), 'service_account_token_string');
@@ -25,7 +40,10 @@ describe('kubeconfig (inputs.md §5.8)', () => {
   });
   it('k8s service port not set', async (t) => {
     const s = await setup(t);
-    await assert.rejects(writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1', k8sServicePort: '' }), /KUBERNETES_SERVICE_PORT not set/);
+    await assert.rejects(
+      writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1', k8sServicePort: '' }),
+      /KUBERNETES_SERVICE_PORT not set/,
+    );
   });
   it('skip TLS verify', async (t) => {
     const s = await setup(t);
@@ -46,7 +64,13 @@ describe('kubeconfig (inputs.md §5.8)', () => {
     assert.equal((await readFile(s.path, 'utf8')).trim(), (await golden('kubeconfig-newhost')).trim());
   });
   it('brackets an IPv6 host', () => {
-    const text = buildKubeconfig({ k8sServiceProtocol: 'https', k8sServiceHost: 'fd00::1', k8sServicePort: '443', skipTlsVerify: true, token: 't' });
+    const text = buildKubeconfig({
+      k8sServiceProtocol: 'https',
+      k8sServiceHost: 'fd00::1',
+      k8sServicePort: '443',
+      skipTlsVerify: true,
+      token: 't',
+    });
     assert.match(text, /server: https:\/\/\[fd00::1\]:443\n/);
   });
 });
@@ -123,9 +147,15 @@ describe('installer watch loop', () => {
     assert.ok(existsSync(join(host.runDir, VERIFIED_COPIES_FILE)));
 
     const restart = captureLogger();
-    assert.deepEqual(await new Installer({ settings: cniTestSettings(host), logger: restart.logger }).installAll(), { bytesWritten: 0, filesWritten: [] });
+    assert.deepEqual(await new Installer({ settings: cniTestSettings(host), logger: restart.logger }).installAll(), {
+      bytesWritten: 0,
+      filesWritten: [],
+    });
     assert.ok(events(restart.lines).length > 0);
-    assert.ok(events(restart.lines).every((m) => m === 'binary unchanged since verified'), JSON.stringify(events(restart.lines)));
+    assert.ok(
+      events(restart.lines).every((m) => m === 'binary unchanged since verified'),
+      JSON.stringify(events(restart.lines)),
+    );
 
     // Same size, same bytes even: a rewrite is a new file version, so it is compared again.
     const plugin = join(host.binDir, 'istio-cni');
@@ -159,11 +189,18 @@ describe('installer watch loop', () => {
     const installer = new Installer({ settings: cniTestSettings(host), logger: log.logger, throttle: { maxDelayMs: 20 } });
     const controller = new AbortController();
     const running = installer.run(controller.signal);
-    t.after(() => { controller.abort(); if (process.env.DEBUG_TEST) console.log(log.lines); });
+    t.after(() => {
+      controller.abort();
+      if (process.env.DEBUG_TEST) console.log(log.lines);
+    });
     await waitFor('ready', () => installer.ready || undefined);
     assert.match(await readFile(installer.kubeconfigPath, 'utf8'), new RegExp(`token: ${token.slice(0, 20)}`));
     await kubeletSwap(host.saDir, { token: 'rotated-token', 'ca.crt': ca, namespace: 'kube-system' }, 2);
-    await waitFor('rotated token in kubeconfig', async () => ((await readFile(installer.kubeconfigPath, 'utf8')).includes('token: rotated-token') ? true : undefined), 5000);
+    await waitFor(
+      'rotated token in kubeconfig',
+      async () => ((await readFile(installer.kubeconfigPath, 'utf8')).includes('token: rotated-token') ? true : undefined),
+      5000,
+    );
     await waitFor('ready again', () => installer.ready || undefined);
     controller.abort();
     await running;
@@ -208,7 +245,10 @@ describe('installer watch loop', () => {
       });
     }
     assert.ok(reads >= 100);
-    assert.ok(log.lines.some((l) => l.level === 'warn' && String(l.msg).includes('conflicting component')), 'throttle warning logged');
+    assert.ok(
+      log.lines.some((l) => l.level === 'warn' && String(l.msg).includes('conflicting component')),
+      'throttle warning logged',
+    );
     await waitFor('ready after the fight', () => installer.ready || undefined);
     assert.equal(removeIstioEntry(await readFile(path, 'utf8')), clean);
   });
@@ -245,7 +285,11 @@ describe('half-written primary config', () => {
     const name = '00-minikube_cni.conf';
     await writeFile(join(host.netDir, name), '{"cniVersion": "0.3.1", "na'); // torn: the writer is not done
     const log = captureLogger();
-    const installer = new Installer({ settings: cniTestSettings(host, { confName: name }), logger: log.logger, throttle: { maxDelayMs: 20 } });
+    const installer = new Installer({
+      settings: cniTestSettings(host, { confName: name }),
+      logger: log.logger,
+      throttle: { maxDelayMs: 20 },
+    });
     const controller = new AbortController();
     let failed: unknown;
     const running = installer.run(controller.signal).catch((err: unknown) => (failed = err));
@@ -254,7 +298,10 @@ describe('half-written primary config', () => {
       await running;
     });
     // The installer has seen the torn file and waits, rather than failing the pass.
-    await waitFor('the installer waiting for complete JSON', () => failed ?? log.lines.find((l) => String(l.msg).includes('not complete JSON')));
+    await waitFor(
+      'the installer waiting for complete JSON',
+      () => failed ?? log.lines.find((l) => String(l.msg).includes('not complete JSON')),
+    );
     assert.equal(failed, undefined);
     await copyFile(join(CNI_TESTDATA, 'pre/minikube_cni.conf'), join(host.netDir, name));
     await waitFor('installed', () => installer.ready || undefined);

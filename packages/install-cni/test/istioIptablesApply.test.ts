@@ -38,7 +38,11 @@ test('applies the iptables documents it would print, with iptables-restore --nof
     'iptables-nft-restore --noflush',
   ]);
   const netnsCalls = run.runner.calls.filter((c) => c.options.netns !== undefined);
-  assert.deepEqual(netnsCalls.map((c) => c.options.netns), [NETNS, NETNS], 'probe and restore run in the netns');
+  assert.deepEqual(
+    netnsCalls.map((c) => c.options.netns),
+    [NETNS, NETNS],
+    'probe and restore run in the netns',
+  );
   const restore = run.runner.calls.at(-1);
   assert.equal(restore?.options.stdin, dryRunDocuments(dry.stdout));
   assert.match(run.stderr, /sidecar capture rules in place/);
@@ -56,9 +60,15 @@ test('IPv6 pods get the ip6tables document; TPROXY adds policy routes with the g
   assert.ok(!lines.includes('ip -j addr show'), 'ENABLE_INBOUND_IPV6 skips detection');
   for (const family of ['-4', '-6']) {
     assert.ok(lines.includes(`ip ${family} rule add fwmark 1400 lookup 150`), lines.join('\n'));
-    assert.ok(lines.some((l) => l.startsWith(`ip ${family} route `) && l.endsWith('local default dev lo table 150')), lines.join('\n'));
+    assert.ok(
+      lines.some((l) => l.startsWith(`ip ${family} route `) && l.endsWith('local default dev lo table 150')),
+      lines.join('\n'),
+    );
   }
-  assert.ok(lines.some((l) => l.includes('::6/128 dev lo')), 'the IPv6 passthrough source address is added');
+  assert.ok(
+    lines.some((l) => l.includes('::6/128 dev lo')),
+    'the IPv6 passthrough source address is added',
+  );
   const v4 = run.runner.calls.find((c) => c.argv.join(' ') === 'iptables-nft-restore --noflush');
   assert.match(v4?.options.stdin ?? '', /--tproxy-mark 1400\/0xffffffff --on-port 15006/);
 });
@@ -93,7 +103,10 @@ test('--log_output_level none silences the log; debug is accepted', async () => 
   const quiet = await runCommand(['--netns', NETNS, '--iptables-version', 'nft', '--log_output_level', 'default:none'], deps);
   assert.equal(quiet.exitCode, 0);
   assert.equal(quiet.stderr, '');
-  const compat = await runCommand(['--netns', NETNS, '--iptables-version', 'nft', '--log_output_level=debug', '--force-apply', '--log_as_json'], deps);
+  const compat = await runCommand(
+    ['--netns', NETNS, '--iptables-version', 'nft', '--log_output_level=debug', '--force-apply', '--log_as_json'],
+    deps,
+  );
   assert.equal(compat.exitCode, 0);
   assert.match(compat.stderr, /--force-apply has no effect here/);
 });

@@ -51,8 +51,14 @@ const BAD: readonly BadCase[] = [
   { args: ['-r', '254'], mentions: ['--istio-inbound-tproxy-route-table (-r)', '254', 'reserved'] },
   { args: ['-r', 'main'], mentions: ['--istio-inbound-tproxy-route-table (-r)', 'main'] },
   { args: ['-k', 'eth0;ls'], mentions: ['--kube-virt-interfaces (-k)', 'eth0;ls'] },
-  { args: ['--reroute-virtual-interfaces', 'an-interface-name-too-long'], mentions: ['--reroute-virtual-interfaces', 'an-interface-name-too-long'] },
-  { args: ['-k', 'eth0', '--reroute-virtual-interfaces', 'eth1'], mentions: ['--reroute-virtual-interfaces', 'given together with --kube-virt-interfaces'] },
+  {
+    args: ['--reroute-virtual-interfaces', 'an-interface-name-too-long'],
+    mentions: ['--reroute-virtual-interfaces', 'an-interface-name-too-long'],
+  },
+  {
+    args: ['-k', 'eth0', '--reroute-virtual-interfaces', 'eth1'],
+    mentions: ['--reroute-virtual-interfaces', 'given together with --kube-virt-interfaces'],
+  },
   { args: ['-c', '-j'], mentions: ['--istio-exclude-interfaces (-c)', '"-j"'] },
   { args: ['-c', 'eth 0'], mentions: ['--istio-exclude-interfaces (-c)', 'eth 0'] },
   { args: ['--redirect-dns=maybe'], mentions: ['--redirect-dns', 'maybe', 'boolean'] },
@@ -61,7 +67,10 @@ const BAD: readonly BadCase[] = [
   { args: ['--iptables-probe-port', '70000'], mentions: ['--iptables-probe-port', '70000'] },
   { args: ['--force-iptables-binary', 'auto'], mentions: ['--force-iptables-binary', 'auto', 'legacy'] },
   { args: ['--iptables-version', 'iptables-legacy'], mentions: ['--iptables-version', 'iptables-legacy'] },
-  { args: ['--native-nftables', '--iptables-version', 'nft'], mentions: ['--iptables-version', 'cannot be combined with --native-nftables'] },
+  {
+    args: ['--native-nftables', '--iptables-version', 'nft'],
+    mentions: ['--iptables-version', 'cannot be combined with --native-nftables'],
+  },
   { args: ['--log_output_level', 'verbose'], mentions: ['--log_output_level', 'verbose'] },
   { args: ['--log_output_level=default:loud'], mentions: ['--log_output_level', 'default:loud'] },
   { args: ['--run-validation'], mentions: ['--run-validation', 'not supported'] },
@@ -79,18 +88,26 @@ const BAD: readonly BadCase[] = [
   { args: [], env: { ISTIO_OUTBOUND_OWNER_GROUPS: manyGroups }, mentions: ['env ISTIO_OUTBOUND_OWNER_GROUPS', 'more than 64 groups'] },
   { args: [], env: { ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE: '$(id)' }, mentions: ['env ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE', '$(id)'] },
   { args: [], env: { ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: '10.0.0.0/8' }, mentions: ['env ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', 'loopback'] },
-  { args: [], env: { ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: '127.0.0.0/4' }, mentions: ['env ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', '127.0.0.0/4'] },
+  {
+    args: [],
+    env: { ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: '127.0.0.0/4' },
+    mentions: ['env ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', '127.0.0.0/4'],
+  },
   { args: [], env: { ENABLE_INBOUND_IPV6: 'yes' }, mentions: ['env ENABLE_INBOUND_IPV6', 'yes'] },
   { args: [], env: { FORCE_IPTABLES_BINARY: 'auto' }, mentions: ['env FORCE_IPTABLES_BINARY', 'auto'] },
 ];
 
 for (const c of BAD) {
-  const label = [...c.args.map((a) => (a.length > 40 ? `${a.slice(0, 40)}...` : a)), ...Object.entries(c.env ?? {}).map(([k, v]) => `${k}=${v.slice(0, 40)}`)].join(' ');
+  const label = [
+    ...c.args.map((a) => (a.length > 40 ? `${a.slice(0, 40)}...` : a)),
+    ...Object.entries(c.env ?? {}).map(([k, v]) => `${k}=${v.slice(0, 40)}`),
+  ].join(' ');
   test(`rejects ${JSON.stringify(label)} with a usage message, applying nothing`, async () => {
     // Not a dry run: a bad value must stop the command before any rule command could run.
     const run = await runCommand(c.args, { env: { ENABLE_INBOUND_IPV6: 'false', ...c.env } });
     assert.equal(run.exitCode, c.exitCode ?? 2, run.stderr);
-    for (const text of c.mentions) assert.ok(run.stderr.includes(text), `stderr ${JSON.stringify(run.stderr)} lacks ${JSON.stringify(text)}`);
+    for (const text of c.mentions)
+      assert.ok(run.stderr.includes(text), `stderr ${JSON.stringify(run.stderr)} lacks ${JSON.stringify(text)}`);
     assert.match(run.stderr, /install-cni istio-iptables --help/);
     assert.equal(run.stdout, '');
     assert.deepEqual(run.runner.calls, []);
@@ -98,7 +115,9 @@ for (const c of BAD) {
 }
 
 test('a missing resolv.conf with --redirect-dns fails with exit 1 naming the file, without a usage hint', async () => {
-  const run = await runCommand(['-n', '--redirect-dns', '--resolv-conf', '/nonexistent/resolv.conf'], { env: { ENABLE_INBOUND_IPV6: 'false' } });
+  const run = await runCommand(['-n', '--redirect-dns', '--resolv-conf', '/nonexistent/resolv.conf'], {
+    env: { ENABLE_INBOUND_IPV6: 'false' },
+  });
   assert.equal(run.exitCode, 1);
   assert.match(run.stderr, /failed to load \/nonexistent\/resolv\.conf/);
   assert.doesNotMatch(run.stderr, /--help/);
@@ -124,7 +143,14 @@ test('a netns without a usable address fails detection with exit 1 and points at
 test('--help lists upstream flags with their environment variables', async () => {
   const run = await runCommand(['--help']);
   assert.equal(run.exitCode, 0);
-  for (const text of ['-p, --envoy-port <port>', '-b, --istio-inbound-ports <ports>', 'env ISTIO_INBOUND_PORTS', '--pod <file>', '--netns <path>', 'REDIRECT_DNS, ISTIO_META_DNS_CAPTURE']) {
+  for (const text of [
+    '-p, --envoy-port <port>',
+    '-b, --istio-inbound-ports <ports>',
+    'env ISTIO_INBOUND_PORTS',
+    '--pod <file>',
+    '--netns <path>',
+    'REDIRECT_DNS, ISTIO_META_DNS_CAPTURE',
+  ]) {
     assert.ok(run.stdout.includes(text), `help lacks ${text}`);
   }
 });

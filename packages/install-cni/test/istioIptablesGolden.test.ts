@@ -9,14 +9,7 @@ import {
 } from '@istio-cni/capture';
 import type { CaptureConfig } from '@istio-cni/capture';
 import { parseCidr, parseIpAddress } from '@istio-cni/cni';
-import {
-  dryRunDocuments,
-  goldenRestoreText,
-  readIptablesGolden,
-  readNftGolden,
-  runCommand,
-  trimmed,
-} from './istioIptablesHarness.ts';
+import { dryRunDocuments, goldenRestoreText, readIptablesGolden, readNftGolden, runCommand, trimmed } from './istioIptablesHarness.ts';
 
 interface GoldenCase {
   readonly name: string;
@@ -38,8 +31,25 @@ const CASES: readonly GoldenCase[] = [
   { name: 'ip-range', args: ['-x', '1.1.0.0/16', '-i', '9.9.0.0/16', '--redirect-dns', '-g', '1,2', '-u', '3,4'], resolvConf: DNS_V4 },
   {
     name: 'tproxy',
-    args: ['-m', 'TPROXY', '-b', '*', '-x', '1.1.0.0/16', '-i', '9.9.0.0/16', '--redirect-dns', '-g', '1337', '-u', '1337', '-c', 'not-istio-nic'],
-    resolvConf: DNS_V4, ipv6: true,
+    args: [
+      '-m',
+      'TPROXY',
+      '-b',
+      '*',
+      '-x',
+      '1.1.0.0/16',
+      '-i',
+      '9.9.0.0/16',
+      '--redirect-dns',
+      '-g',
+      '1337',
+      '-u',
+      '1337',
+      '-c',
+      'not-istio-nic',
+    ],
+    resolvConf: DNS_V4,
+    ipv6: true,
   },
   { name: 'ipv6-inbound-ports', args: ['-b', '4000,5000'], ipv6: true },
   { name: 'ipv6-virt-interfaces', args: ['-b', '4000,5000', '-k', 'eth0,eth1'], ipv6: true },
@@ -67,10 +77,19 @@ const CASES: readonly GoldenCase[] = [
   { name: 'ipv6-dns-uid-gid', args: ['--redirect-dns', '-g', '1,2', '-u', '3,4'], resolvConf: '', ipv6: true },
   { name: 'outbound-owner-groups', args: [], env: { ISTIO_OUTBOUND_OWNER_GROUPS: 'java,202' } },
   { name: 'outbound-owner-groups-exclude', args: [], env: { ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE: '888,ftp' } },
-  { name: 'ipv6-dns-outbound-owner-groups', args: ['--redirect-dns'], env: { ISTIO_OUTBOUND_OWNER_GROUPS: 'java,202' }, resolvConf: '', ipv6: true },
   {
-    name: 'ipv6-dns-outbound-owner-groups-exclude', args: ['--redirect-dns=true'],
-    env: { ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE: '888,ftp' }, resolvConf: '', ipv6: true,
+    name: 'ipv6-dns-outbound-owner-groups',
+    args: ['--redirect-dns'],
+    env: { ISTIO_OUTBOUND_OWNER_GROUPS: 'java,202' },
+    resolvConf: '',
+    ipv6: true,
+  },
+  {
+    name: 'ipv6-dns-outbound-owner-groups-exclude',
+    args: ['--redirect-dns=true'],
+    env: { ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE: '888,ftp' },
+    resolvConf: '',
+    ipv6: true,
   },
   { name: 'outbound-ports-include', args: ['--istio-outbound-ports', '32000,31000'] },
   { name: 'loopback-outbound-iprange', args: ['-i', '127.1.2.3/32', '--redirect-dns', '-g', '1,2', '-u', '3,4'], resolvConf: DNS_V4 },
@@ -114,22 +133,40 @@ for (const c of CASES) {
 /** The same cases as CaptureConfig values, for a direct comparison with the capture renderers. */
 const CONFIGS: Readonly<Record<string, Partial<CaptureConfig>>> = {
   'ip-range': {
-    outboundIPRangesExclude: [parseCidr('1.1.0.0/16')], outboundIPRangesInclude: [parseCidr('9.9.0.0/16')],
-    redirectDns: true, proxyGid: [1, 2], proxyUid: [3, 4], dnsServersV4: [parseIpAddress('127.0.0.53')],
+    outboundIPRangesExclude: [parseCidr('1.1.0.0/16')],
+    outboundIPRangesInclude: [parseCidr('9.9.0.0/16')],
+    redirectDns: true,
+    proxyGid: [1, 2],
+    proxyUid: [3, 4],
+    dnsServersV4: [parseIpAddress('127.0.0.53')],
   },
   tproxy: {
-    inboundInterceptionMode: 'TPROXY', inboundPortsInclude: '*',
-    outboundIPRangesExclude: [parseCidr('1.1.0.0/16')], outboundIPRangesInclude: [parseCidr('9.9.0.0/16')],
-    redirectDns: true, dnsServersV4: [parseIpAddress('127.0.0.53')], excludeInterfaces: ['not-istio-nic'], enableIPv6: true,
+    inboundInterceptionMode: 'TPROXY',
+    inboundPortsInclude: '*',
+    outboundIPRangesExclude: [parseCidr('1.1.0.0/16')],
+    outboundIPRangesInclude: [parseCidr('9.9.0.0/16')],
+    redirectDns: true,
+    dnsServersV4: [parseIpAddress('127.0.0.53')],
+    excludeInterfaces: ['not-istio-nic'],
+    enableIPv6: true,
   },
   'ipv6-uid-gid': {
-    inboundPortsInclude: [4000, 5000], inboundPortsExclude: [6000, 7000], rerouteVirtualInterfaces: ['eth0', 'eth1'],
-    proxyGid: [1, 2], proxyUid: [3, 4], enableIPv6: true,
-    outboundIPRangesExclude: [parseCidr('2001:db8::/32')], outboundIPRangesInclude: [parseCidr('2001:db8::/32')],
+    inboundPortsInclude: [4000, 5000],
+    inboundPortsExclude: [6000, 7000],
+    rerouteVirtualInterfaces: ['eth0', 'eth1'],
+    proxyGid: [1, 2],
+    proxyUid: [3, 4],
+    enableIPv6: true,
+    outboundIPRangesExclude: [parseCidr('2001:db8::/32')],
+    outboundIPRangesInclude: [parseCidr('2001:db8::/32')],
   },
   'dns-uid-gid': {
-    redirectDns: true, dnsServersV4: [parseIpAddress('127.0.0.53')], dnsServersV6: [parseIpAddress('::127.0.0.53')],
-    proxyGid: [1, 2], proxyUid: [3, 4], enableIPv6: true,
+    redirectDns: true,
+    dnsServersV4: [parseIpAddress('127.0.0.53')],
+    dnsServersV6: [parseIpAddress('::127.0.0.53')],
+    proxyGid: [1, 2],
+    proxyUid: [3, 4],
+    enableIPv6: true,
   },
   'outbound-owner-groups': { ownerGroupsInclude: ['java', '202'] },
   'host-ipv4-loopback-cidr': { hostIPv4LoopbackCidr: parseCidr('127.0.0.1/8') },
@@ -154,15 +191,22 @@ test('flags read their environment variables, and the command line wins over the
   assert.ok(base !== undefined);
   const viaEnv = await runCommand(['-n'], {
     env: {
-      ENABLE_INBOUND_IPV6: 'true', ISTIO_INBOUND_PORTS: '4000,5000', ISTIO_LOCAL_EXCLUDE_PORTS: '6000,7000',
-      KUBE_VIRT_INTERFACES: 'eth0,eth1', PROXY_GID: '1,2', PROXY_UID: '3,4',
-      ISTIO_SERVICE_EXCLUDE_CIDR: '2001:db8::/32', ISTIO_SERVICE_CIDR: '2001:db8::/32',
+      ENABLE_INBOUND_IPV6: 'true',
+      ISTIO_INBOUND_PORTS: '4000,5000',
+      ISTIO_LOCAL_EXCLUDE_PORTS: '6000,7000',
+      KUBE_VIRT_INTERFACES: 'eth0,eth1',
+      PROXY_GID: '1,2',
+      PROXY_UID: '3,4',
+      ISTIO_SERVICE_EXCLUDE_CIDR: '2001:db8::/32',
+      ISTIO_SERVICE_CIDR: '2001:db8::/32',
     },
   });
   assert.equal(viaEnv.exitCode, 0, viaEnv.stderr);
   assert.equal(trimmed(dryRunDocuments(viaEnv.stdout)), trimmed(goldenRestoreText(readIptablesGolden('ipv6-uid-gid'))));
 
-  const overridden = await runCommand(['-n', '-b', '32000,31000'], { env: { ISTIO_INBOUND_PORTS: '1,2', DRY_RUN: 'false', ENABLE_INBOUND_IPV6: '0' } });
+  const overridden = await runCommand(['-n', '-b', '32000,31000'], {
+    env: { ISTIO_INBOUND_PORTS: '1,2', DRY_RUN: 'false', ENABLE_INBOUND_IPV6: '0' },
+  });
   assert.equal(overridden.exitCode, 0, overridden.stderr);
   assert.equal(trimmed(dryRunDocuments(overridden.stdout)), trimmed(goldenRestoreText(readIptablesGolden('inbound-ports-include'))));
 });

@@ -58,7 +58,10 @@ for (const [i, c] of CASES.entries()) {
 }
 
 test('--pod with YAML and JSON of the same pod prints the same documents, iptables and nftables', async () => {
-  const manifest = podManifest({ annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' }, env: [{ name: 'ISTIO_META_DNS_CAPTURE', value: 'true' }] });
+  const manifest = podManifest({
+    annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' },
+    env: [{ name: 'ISTIO_META_DNS_CAPTURE', value: 'true' }],
+  });
   const yamlPath = writeManifest(toYaml(manifest), 'yaml');
   const jsonPath = writeManifest(JSON.stringify(manifest), 'json');
   for (const extra of [[], ['--native-nftables']]) {
@@ -74,11 +77,21 @@ test('--pod: ISTIO_DUAL_STACK on the proxy makes any global IPv6 address in the 
   const path = writeManifest(toYaml(podManifest({ env: [{ name: 'ISTIO_DUAL_STACK', value: 'true' }] })), 'yaml');
   const addrs = JSON.stringify([
     { ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', scope: 'host' }] },
-    { ifname: 'eth0', addr_info: [{ family: 'inet', local: '10.0.0.5', scope: 'global' }, { family: 'inet6', local: 'fd00::5', scope: 'global' }] },
+    {
+      ifname: 'eth0',
+      addr_info: [
+        { family: 'inet', local: '10.0.0.5', scope: 'global' },
+        { family: 'inet6', local: 'fd00::5', scope: 'global' },
+      ],
+    },
   ]);
   const run = await runCommand(['--pod', path, '-n'], { respond: () => ({ stdout: addrs, stderr: '' }) });
   assert.equal(run.exitCode, 0, run.stderr);
-  assert.deepEqual(run.runner.calls.map((c) => c.argv), [['ip', '-j', 'addr', 'show']], 'only the read-only address probe runs');
+  assert.deepEqual(
+    run.runner.calls.map((c) => c.argv),
+    [['ip', '-j', 'addr', 'show']],
+    'only the read-only address probe runs',
+  );
   assert.match(run.stdout, /# ip6tables-restore --noflush\n/);
 });
 
@@ -98,7 +111,10 @@ test('--pod of a pod the plugin would not redirect prints nothing and says why',
 });
 
 test('--pod with a bad annotation exits 2 naming the annotation and value; nothing runs', async () => {
-  const path = writeManifest(toYaml(podManifest({ annotations: { 'traffic.sidecar.istio.io/includeInboundPorts': '80,-j ACCEPT' } })), 'yaml');
+  const path = writeManifest(
+    toYaml(podManifest({ annotations: { 'traffic.sidecar.istio.io/includeInboundPorts': '80,-j ACCEPT' } })),
+    'yaml',
+  );
   const run = await runCommand(['--pod', path]);
   assert.equal(run.exitCode, 2);
   assert.match(run.stderr, /traffic\.sidecar\.istio\.io\/includeInboundPorts/);
@@ -111,10 +127,22 @@ const BAD_MANIFESTS: readonly (readonly [string, string, RegExp])[] = [
   ['a list', '- a\n- b\n', /not an object/],
   ['another kind', 'kind: Service\nmetadata: {name: x}\n', /kind is "Service"/],
   ['no metadata', 'kind: Pod\nspec: {}\n', /metadata is missing/],
-  ['an unquoted boolean annotation', 'metadata:\n  annotations:\n    sidecar.istio.io/status: true\n', /metadata\.annotations\["sidecar\.istio\.io\/status"\] is not a string/],
+  [
+    'an unquoted boolean annotation',
+    'metadata:\n  annotations:\n    sidecar.istio.io/status: true\n',
+    /metadata\.annotations\["sidecar\.istio\.io\/status"\] is not a string/,
+  ],
   ['containers that are not a list', 'metadata: {}\nspec:\n  containers: {name: x}\n', /spec\.containers is not a list/],
-  ['a string runAsUser', 'metadata: {}\nspec:\n  containers:\n  - name: istio-proxy\n    securityContext: {runAsUser: "1337"}\n', /runAsUser is not an integer/],
-  ['an env value that is a number', 'metadata: {}\nspec:\n  containers:\n  - name: istio-proxy\n    env: [{name: INVALID_DROP, value: 1}]\n', /env\[0\]\.value is not a string/],
+  [
+    'a string runAsUser',
+    'metadata: {}\nspec:\n  containers:\n  - name: istio-proxy\n    securityContext: {runAsUser: "1337"}\n',
+    /runAsUser is not an integer/,
+  ],
+  [
+    'an env value that is a number',
+    'metadata: {}\nspec:\n  containers:\n  - name: istio-proxy\n    env: [{name: INVALID_DROP, value: 1}]\n',
+    /env\[0\]\.value is not a string/,
+  ],
   ['two documents', 'metadata: {}\n---\nmetadata: {}\n', /not YAML or JSON/],
 ];
 

@@ -19,8 +19,16 @@ function post(socketPath: string, body: string): Promise<number> {
 
 describe('plugin log sink', () => {
   it('re-emits plugin lines under cni-plugin with the original time and fields', () => {
-    const r = reencodePluginLine(JSON.stringify({ level: 'info', time: '2026-01-02T03:04:05.123456789Z', msg: ' added pod \n', pod: 'ns/p', scope: 'x' }));
-    assert.deepEqual(JSON.parse(r!.line), { level: 'info', time: '2026-01-02T03:04:05.123456789Z', scope: 'cni-plugin', msg: 'added pod', pod: 'ns/p' });
+    const r = reencodePluginLine(
+      JSON.stringify({ level: 'info', time: '2026-01-02T03:04:05.123456789Z', msg: ' added pod \n', pod: 'ns/p', scope: 'x' }),
+    );
+    assert.deepEqual(JSON.parse(r!.line), {
+      level: 'info',
+      time: '2026-01-02T03:04:05.123456789Z',
+      scope: 'cni-plugin',
+      msg: 'added pod',
+      pod: 'ns/p',
+    });
     assert.equal(reencodePluginLine('{"level":"fatal","msg":"x"}'), undefined);
     assert.equal(reencodePluginLine('not json'), undefined);
   });
@@ -32,7 +40,10 @@ describe('plugin log sink', () => {
       { sink: (l) => lines.push(l), threshold: () => 'info' },
     );
     assert.equal(n, 2);
-    assert.deepEqual(lines.map((l) => (JSON.parse(l) as { msg: string }).msg), ['w', 'e']);
+    assert.deepEqual(
+      lines.map((l) => (JSON.parse(l) as { msg: string }).msg),
+      ['w', 'e'],
+    );
     assert.equal(processLogBatch('{"not":"an array"}', { sink: () => assert.fail(), threshold: () => 'debug' }), 0);
   });
 

@@ -9,7 +9,10 @@ import { ObjectStore, type ClusterView, type KubeReader } from '../src/kube/clus
 
 const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
 
-function sidecarPod(name: string, extra: { annotations?: Record<string, string>; labels?: Record<string, string>; containers?: Pod['spec'] } = {}): Pod {
+function sidecarPod(
+  name: string,
+  extra: { annotations?: Record<string, string>; labels?: Record<string, string>; containers?: Pod['spec'] } = {},
+): Pod {
   return {
     metadata: {
       name,
@@ -34,7 +37,16 @@ interface Harness {
   namespaces: ObjectStore<Namespace>;
 }
 
-function harness(opts: { pods?: Pod[]; apiPods?: Pod[]; namespaces?: Namespace[]; ambient?: boolean; capture?: Partial<SidecarCapture>; ready?: string } = {}): Harness {
+function harness(
+  opts: {
+    pods?: Pod[];
+    apiPods?: Pod[];
+    namespaces?: Namespace[];
+    ambient?: boolean;
+    capture?: Partial<SidecarCapture>;
+    ready?: string;
+  } = {},
+): Harness {
   const pods = new ObjectStore<Pod>();
   const namespaces = new ObjectStore<Namespace>();
   for (const p of opts.pods ?? []) pods.upsert(p);
@@ -102,15 +114,35 @@ function request(command: HandoffRequest['command'], namespace: string, name: st
 describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cases)', () => {
   const cases: [string, Pod, string][] = [
     ['sidecar pod is redirected', sidecarPod('web'), 'redirected'],
-    ['pod with istio-init is skipped', sidecarPod('init', { containers: { initContainers: [{ name: 'istio-init' }], containers: [{ name: 'istio-proxy' }] } }), 'skipped'],
+    [
+      'pod with istio-init is skipped',
+      sidecarPod('init', { containers: { initContainers: [{ name: 'istio-init' }], containers: [{ name: 'istio-proxy' }] } }),
+      'skipped',
+    ],
     ['pod without istio-proxy is skipped', plainPod('plain'), 'skipped'],
-    ['DISABLE_ENVOY=true is skipped', sidecarPod('noenvoy', { containers: { containers: [{ name: 'istio-proxy', env: [{ name: 'DISABLE_ENVOY', value: 'true' }] }] } }), 'skipped'],
-    ['gateway proxy type is skipped', sidecarPod('gw', { containers: { containers: [{ name: 'istio-proxy', args: ['proxy', 'router'] }] } }), 'skipped'],
+    [
+      'DISABLE_ENVOY=true is skipped',
+      sidecarPod('noenvoy', { containers: { containers: [{ name: 'istio-proxy', env: [{ name: 'DISABLE_ENVOY', value: 'true' }] }] } }),
+      'skipped',
+    ],
+    [
+      'gateway proxy type is skipped',
+      sidecarPod('gw', { containers: { containers: [{ name: 'istio-proxy', args: ['proxy', 'router'] }] } }),
+      'skipped',
+    ],
     ['inject=false label is skipped', sidecarPod('nolabel', { labels: { 'sidecar.istio.io/inject': 'false' } }), 'skipped'],
     ['inject=false annotation is skipped', sidecarPod('noann', { annotations: { 'sidecar.istio.io/inject': 'false' } }), 'skipped'],
-    ['label true wins over annotation false', sidecarPod('labelwins', { labels: { 'sidecar.istio.io/inject': 'true' }, annotations: { 'sidecar.istio.io/inject': 'false' } }), 'redirected'],
+    [
+      'label true wins over annotation false',
+      sidecarPod('labelwins', { labels: { 'sidecar.istio.io/inject': 'true' }, annotations: { 'sidecar.istio.io/inject': 'false' } }),
+      'redirected',
+    ],
     ['non-bool inject value is ignored', sidecarPod('nonbool', { labels: { 'sidecar.istio.io/inject': 'maybe' } }), 'redirected'],
-    ['native sidecar (istio-proxy as init container) is redirected', sidecarPod('native', { containers: { initContainers: [{ name: 'istio-proxy' }], containers: [{ name: 'app' }] } }), 'redirected'],
+    [
+      'native sidecar (istio-proxy as init container) is redirected',
+      sidecarPod('native', { containers: { initContainers: [{ name: 'istio-proxy' }], containers: [{ name: 'app' }] } }),
+      'redirected',
+    ],
   ];
   for (const [name, pod, want] of cases) {
     it(name, async () => {
@@ -136,7 +168,10 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     const handler = createNodeAgentHandler(h.deps);
     const agent = await handler.handle(request('ADD', 'istio-system', 'istio-cni-node-abcde'));
     const excluded = await handler.handle(request('ADD', 'kube-system', 'coredns'));
-    assert.deepEqual([agent, excluded].map((o) => ('verdict' in o ? o.reason : o)), ['istio-cni agent pod', 'excluded namespace']);
+    assert.deepEqual(
+      [agent, excluded].map((o) => ('verdict' in o ? o.reason : o)),
+      ['istio-cni agent pod', 'excluded namespace'],
+    );
     assert.deepEqual(h.fetched, []);
   });
 
@@ -198,7 +233,7 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     assert.match(out.error.msg, /traffic\.sidecar\.istio\.io\/excludeOutboundIPRanges="10\.0\.0\.0\/33"/);
   });
 
-  it('fails a sidecar ADD into a refused netns (the node\'s own) with code 8 naming the netns', async () => {
+  it("fails a sidecar ADD into a refused netns (the node's own) with code 8 naming the netns", async () => {
     const h = harness({ pods: [sidecarPod('hostns')] });
     h.deps.capture = {
       apply: async (_pod, netns) => {
@@ -208,7 +243,9 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     };
     const handler = createNodeAgentHandler(h.deps);
     const out = await handler.handle(request('ADD', 'default', 'hostns'));
-    assert.deepEqual(out, { error: { code: 8, msg: 'refusing network namespace "/var/run/netns/hostns": it is the node\'s own network namespace' } });
+    assert.deepEqual(out, {
+      error: { code: 8, msg: 'refusing network namespace "/var/run/netns/hostns": it is the node\'s own network namespace' },
+    });
     assert.equal(handler.attachments().size, 0, 'not remembered as captured');
   });
 
@@ -220,7 +257,11 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
   });
 
   it('treats a sidecar-injected pod in an ambient namespace as a sidecar pod', async () => {
-    const h = harness({ ambient: true, pods: [sidecarPod('sc')], namespaces: [{ metadata: { name: 'default', labels: { 'istio.io/dataplane-mode': 'ambient' } } }] });
+    const h = harness({
+      ambient: true,
+      pods: [sidecarPod('sc')],
+      namespaces: [{ metadata: { name: 'default', labels: { 'istio.io/dataplane-mode': 'ambient' } } }],
+    });
     const out = await createNodeAgentHandler(h.deps).handle(request('ADD', 'default', 'sc'));
     assert.equal('verdict' in out && out.verdict, 'redirected');
   });
@@ -345,17 +386,19 @@ describe('ambient ADD', () => {
     assert.deepEqual(out, { error: { code: 11, msg: 'ztunnel did not take the pod: no ztunnel connection' } });
   });
 
-  it('answers a refused netns (the node\'s own) with code 8 and does not remember the pod', async () => {
+  it("answers a refused netns (the node's own) with code 8 and does not remember the pod", async () => {
     const { h } = ambientHarness(new PodNetnsRefusedError('/proc/1/ns/net', "it is the node's own network namespace"));
     const handler = createNodeAgentHandler(h.deps);
     const out = await handler.handle(req());
-    assert.deepEqual(out, { error: { code: 8, msg: 'refusing network namespace "/proc/1/ns/net": it is the node\'s own network namespace' } });
+    assert.deepEqual(out, {
+      error: { code: 8, msg: 'refusing network namespace "/proc/1/ns/net": it is the node\'s own network namespace' },
+    });
     assert.equal(handler.attachments().size, 0);
   });
 
   it('answers a non-retryable failure with code 999', async () => {
     const { NonRetryableError } = await import('../src/ambient/meshDataplane.ts');
-    const { h } = ambientHarness(new NonRetryableError('failed to open the pod\'s network namespace'));
+    const { h } = ambientHarness(new NonRetryableError("failed to open the pod's network namespace"));
     const out = await createNodeAgentHandler(h.deps).handle(req());
     assert.equal('error' in out && out.error.code, 999);
   });

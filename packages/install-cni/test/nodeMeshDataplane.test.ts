@@ -73,7 +73,11 @@ function setup(failures: { annotation?: number; probeSet?: number }) {
     async annotate(namespace, name, key, value) {
       if (value === 'enabled' && annotationFailuresLeft > 0) {
         annotationFailuresLeft--;
-        throw new KubeConnectionError('PATCH /api/v1/namespaces/mesh/pods/app-0/status: socket hang up', new Error('socket hang up'), false);
+        throw new KubeConnectionError(
+          'PATCH /api/v1/namespaces/mesh/pods/app-0/status: socket hang up',
+          new Error('socket hang up'),
+          false,
+        );
       }
       annotations.set(`${namespace}/${name} ${key}`, value);
     },
@@ -81,13 +85,22 @@ function setup(failures: { annotation?: number; probeSet?: number }) {
   const cache = createPodNetnsCache();
   const dataplane = createNodeMeshDataplane({
     rules: { runner: createRecordingCommandRunner(), openScratchNetns: async () => ({ path: '/proc/99/ns/net', close: async () => {} }) },
-    backend: { kind: 'iptables', iptables: { flavor: 'legacy', nfTables: false, version: { major: 1, minor: 8, patch: 9 }, binaries: iptablesBinaries('legacy') } },
+    backend: {
+      kind: 'iptables',
+      iptables: { flavor: 'legacy', nfTables: false, version: { major: 1, minor: 8, patch: 9 }, binaries: iptablesBinaries('legacy') },
+    },
     config: ambientConfigFromOptions({}),
     cache,
     async finder() {
       return {
         async findNetnsForPods(pods) {
-          const netns = createNetnsHandle({ fd: 900 + netnsHandles.length, inode: 4242, source: 'fake', path: '/proc/1234/fd/7', release: () => {} });
+          const netns = createNetnsHandle({
+            fd: 900 + netnsHandles.length,
+            inode: 4242,
+            source: 'fake',
+            path: '/proc/1234/fd/7',
+            release: () => {},
+          });
           netnsHandles.push(netns);
           return new Map([...pods].map(([uid, p]) => [uid, { pod: p, netns }]));
         },

@@ -72,7 +72,11 @@ interface Harness {
   count(type: string, result: string): Promise<number>;
 }
 
-function harness(mode: RepairMode, pods: RepairPod[], opts: { repairFails?: number; labelKey?: string; labelValue?: string; f?: Parameters<typeof filter>[0] } = {}): Harness {
+function harness(
+  mode: RepairMode,
+  pods: RepairPod[],
+  opts: { repairFails?: number; labelKey?: string; labelValue?: string; f?: Parameters<typeof filter>[0] } = {},
+): Harness {
   const api = fakeApi(pods);
   const cache = new ObjectStore<RepairPod>();
   const repaired: string[] = [];
@@ -122,7 +126,14 @@ async function feed(h: Harness, pods: RepairPod[]): Promise<void> {
 }
 
 function labelsOf(api: FakeApi): Record<string, string> {
-  return Object.fromEntries([...api.pods.values()].map((p) => [p.metadata.name ?? '', Object.entries(p.metadata.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(',')]));
+  return Object.fromEntries(
+    [...api.pods.values()].map((p) => [
+      p.metadata.name ?? '',
+      Object.entries(p.metadata.labels ?? {})
+        .map(([k, v]) => `${k}=${v}`)
+        .join(','),
+    ]),
+  );
 }
 
 describe('repair mode precedence', () => {
@@ -148,9 +159,16 @@ describe('label mode', () => {
     const pods = [workingPod, workingPodDiedPreviously, brokenPodWaiting, brokenPodNoAnnotation];
     const h = harness('label', pods);
     await feed(h, pods);
-    assert.deepEqual(labelsOf(h.api), { WorkingPod: '', WorkingPodDiedPreviously: '', BrokenPodWaiting: 'testkey=testval', BrokenPodNoAnnotation: '' });
+    assert.deepEqual(labelsOf(h.api), {
+      WorkingPod: '',
+      WorkingPodDiedPreviously: '',
+      BrokenPodWaiting: 'testkey=testval',
+      BrokenPodNoAnnotation: '',
+    });
     assert.deepEqual(h.api.calls, ['label default/BrokenPodWaiting testkey=testval']);
-    assert.deepEqual(h.api.events, [{ pod: 'default/BrokenPodWaiting', type: 'Warning', reason: 'LabelBrokenPod', message: 'pod detected as broken, labeled' }]);
+    assert.deepEqual(h.api.events, [
+      { pod: 'default/BrokenPodWaiting', type: 'Warning', reason: 'LabelBrokenPod', message: 'pod detected as broken, labeled' },
+    ]);
     assert.equal(await h.count('label', 'success'), 1);
   });
 
@@ -195,7 +213,10 @@ describe('delete mode', () => {
     await feed(h, [{ ...brokenPodWaiting, metadata: { ...brokenPodWaiting.metadata, resourceVersion: '9' } }]);
     assert.deepEqual([...h.api.pods.keys()], ['default/WorkingPod', 'default/WorkingPodDiedPreviously']);
     assert.deepEqual(h.api.calls, ['delete default/BrokenPodWaiting uid=uid-BrokenPodWaiting rv=7']);
-    assert.deepEqual(h.api.events.map((e) => `${e.type} ${e.reason} ${e.message}`), ['Warning DeleteBrokenPod pod detected as broken, deleted']);
+    assert.deepEqual(
+      h.api.events.map((e) => `${e.type} ${e.reason} ${e.message}`),
+      ['Warning DeleteBrokenPod pod detected as broken, deleted'],
+    );
     assert.equal(await h.count('delete', 'success'), 1);
   });
 
@@ -221,7 +242,10 @@ describe('delete mode', () => {
   });
 
   it('terminating pods are left alone', async () => {
-    const terminating: RepairPod = { ...brokenPodWaiting, metadata: { ...brokenPodWaiting.metadata, deletionTimestamp: '2024-01-01T00:00:00Z' } };
+    const terminating: RepairPod = {
+      ...brokenPodWaiting,
+      metadata: { ...brokenPodWaiting.metadata, deletionTimestamp: '2024-01-01T00:00:00Z' },
+    };
     const h = harness('delete', [terminating]);
     await feed(h, [terminating]);
     assert.deepEqual(h.api.calls, []);
@@ -240,9 +264,13 @@ describe('repair in place', () => {
   it('broken pod: repaired once per UID, with an event, however many updates follow', async () => {
     const h = harness('repair', [brokenPodWaiting]);
     await feed(h, [brokenPodWaiting]);
-    for (const rv of ['8', '9', '10']) await feed(h, [{ ...brokenPodWaiting, metadata: { ...brokenPodWaiting.metadata, resourceVersion: rv } }]);
+    for (const rv of ['8', '9', '10'])
+      await feed(h, [{ ...brokenPodWaiting, metadata: { ...brokenPodWaiting.metadata, resourceVersion: rv } }]);
     assert.deepEqual(h.repaired, ['default/BrokenPodWaiting@uid-BrokenPodWaiting']);
-    assert.deepEqual(h.api.events.map((e) => e.reason), ['RepairBrokenPod']);
+    assert.deepEqual(
+      h.api.events.map((e) => e.reason),
+      ['RepairBrokenPod'],
+    );
     assert.equal(await h.count('repair', 'success'), 1);
     assert.deepEqual(h.api.calls, [], 'repair in place neither deletes nor labels');
   });
@@ -272,11 +300,14 @@ describe('repair in place', () => {
     assert.deepEqual(h.repaired, ['default/BrokenPodWaiting@uid-BrokenPodWaiting']);
     assert.equal(await h.count('repair', 'fail'), 2);
     assert.equal(await h.count('repair', 'success'), 1);
-    assert.deepEqual(h.api.events.map((e) => e.message.replace(/:.*/, '')), [
-      'pod detected as broken, but failed to repair',
-      'pod detected as broken, but failed to repair',
-      'pod detected as broken, traffic capture programmed in place',
-    ]);
+    assert.deepEqual(
+      h.api.events.map((e) => e.message.replace(/:.*/, '')),
+      [
+        'pod detected as broken, but failed to repair',
+        'pod detected as broken, but failed to repair',
+        'pod detected as broken, traffic capture programmed in place',
+      ],
+    );
   });
 
   it('gives up after 5 attempts with an error naming the pod, and keeps running', async () => {

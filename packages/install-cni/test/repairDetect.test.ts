@@ -27,7 +27,12 @@ function detectPod(name: string, terminationMessage: string, exitCode: number) {
 
 const cases = [
   { name: 'OK pod with only the exit-code check', f: filter(), pod: workingPod, want: false },
-  { name: 'working pod that died previously (completed now) with only the exit-code check', f: filter(), pod: workingPodDiedPreviously, want: false },
+  {
+    name: 'working pod that died previously (completed now) with only the exit-code check',
+    f: filter(),
+    pod: workingPodDiedPreviously,
+    want: false,
+  },
   { name: 'broken pod in waiting state with only the exit-code check', f: filter(), pod: brokenPodWaiting, want: true },
   { name: 'broken pod in terminated state with only the exit-code check', f: filter(), pod: brokenPodTerminating, want: true },
   { name: 'broken pod with the wrong exit code', f: filter({ initContainerExitCode: 55 }), pod: brokenPodWaiting, want: false },
@@ -58,7 +63,12 @@ const cases = [
     pod: makePod({ name: 'Test', annotations: { [SIDECAR_ANNOTATION]: 'x' }, initContainerStatus: { name: '' } }),
     want: false,
   },
-  { name: 'pod without any init container status', f: filter(), pod: makePod({ name: 'NoStatus', annotations: { [SIDECAR_ANNOTATION]: 'x' } }), want: false },
+  {
+    name: 'pod without any init container status',
+    f: filter(),
+    pod: makePod({ name: 'NoStatus', annotations: { [SIDECAR_ANNOTATION]: 'x' } }),
+    want: false,
+  },
   {
     name: 'message and code must both match',
     f: filter({ initContainerTerminationMessage: 'Died for some reason' }),

@@ -93,5 +93,11 @@ export const brokenPodNoAnnotation = makePod({
 });
 
 export function filter(over: Partial<BrokenPodFilter> = {}): BrokenPodFilter {
-  return { sidecarAnnotation: SIDECAR_ANNOTATION, initContainerName: VALIDATION, initContainerTerminationMessage: '', initContainerExitCode: 126, ...over };
+  return {
+    sidecarAnnotation: SIDECAR_ANNOTATION,
+    initContainerName: VALIDATION,
+    initContainerTerminationMessage: '',
+    initContainerExitCode: 126,
+    ...over,
+  };
 }

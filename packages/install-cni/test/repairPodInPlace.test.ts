@@ -48,7 +48,7 @@ describe('createInPlaceRepairer', () => {
     await assert.rejects(repair(makePod({ name: 'Gone', podIP: '10.1.1.9' })), /no network namespace on this node holds pod IP "10.1.1.9"/);
   });
 
-  it('a found netns the guard refuses (the node\'s own) is never programmed, and is closed', async () => {
+  it("a found netns the guard refuses (the node's own) is never programmed, and is closed", async () => {
     let handle: NetnsHandle | undefined;
     const repair = createInPlaceRepairer({
       findNetns: async () => (handle = createNetnsHandle({ fd: 9, inode: 1, source: '/host/proc/1/ns/net', release: () => {} })),

@@ -22,7 +22,10 @@ describe('starting the repair controller', () => {
   it('is not started when disabled, without a mode, or without API access (and says why)', () => {
     const { logger, lines } = captureLogger();
     const registry = new Registry();
-    assert.equal(startRepairController({ settings: settings({ REPAIR_ENABLED: 'false', REPAIR_REPAIR_PODS: 'true' }), logger, registry }), undefined);
+    assert.equal(
+      startRepairController({ settings: settings({ REPAIR_ENABLED: 'false', REPAIR_REPAIR_PODS: 'true' }), logger, registry }),
+      undefined,
+    );
     assert.equal(startRepairController({ settings: settings({}), logger, registry }), undefined);
     assert.match(String(lines.at(-1)?.msg), /all off: not started/);
     assert.equal(startRepairController({ settings: settings({ REPAIR_DELETE_PODS: 'true' }), logger, registry }), undefined);
@@ -30,7 +33,7 @@ describe('starting the repair controller', () => {
     assert.equal(lines.at(-1)?.component, 'repair');
   });
 
-  it('shares the agent\'s pod informer when its selectors are the same, and watches on its own otherwise', async (t) => {
+  it("shares the agent's pod informer when its selectors are the same, and watches on its own otherwise", async (t) => {
     const api = await startFakeKubeApi();
     t.after(() => api.close());
     const kubeconfigPath = join(await tempDir(t), 'kubeconfig');
@@ -41,7 +44,13 @@ describe('starting the repair controller', () => {
     const env = { REPAIR_REPAIR_PODS: 'false', REPAIR_DELETE_PODS: 'true', REPAIR_NODE_NAME: 'node-a' };
     const podWatches = () => api.requests.filter((r) => r.startsWith('GET /api/v1/pods')).length;
 
-    const shared = startRepairController({ settings: settings(env), kubeconfigPath, logger: captureLogger().logger, registry: registry(), sharedPods });
+    const shared = startRepairController({
+      settings: settings(env),
+      kubeconfigPath,
+      logger: captureLogger().logger,
+      registry: registry(),
+      sharedPods,
+    });
     assert.ok(shared);
     t.after(() => shared.stop());
     await shared.synced;
@@ -51,7 +60,13 @@ describe('starting the repair controller', () => {
     // Another node's selector, or a label selector of its own: a watch of its own.
     const others: Record<string, string>[] = [{ REPAIR_NODE_NAME: 'node-b' }, { REPAIR_LABEL_SELECTORS: 'app=x' }];
     for (const over of others) {
-      const own = startRepairController({ settings: settings({ ...env, ...over }), kubeconfigPath, logger: captureLogger().logger, registry: registry(), sharedPods });
+      const own = startRepairController({
+        settings: settings({ ...env, ...over }),
+        kubeconfigPath,
+        logger: captureLogger().logger,
+        registry: registry(),
+        sharedPods,
+      });
       assert.ok(own);
       t.after(() => own.stop());
       const before = podWatches();

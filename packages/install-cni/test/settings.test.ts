@@ -64,7 +64,12 @@ describe('settings', () => {
 
   it('rejects bad values with messages naming each setting', () => {
     assert.throws(
-      () => resolveSettings({}, { CHAINED_CNI_PLUGIN: 'yes', READINESS_PORT: '70000', KUBECONFIG_MODE: 'rw', AMBIENT_ENABLEMENT_SELECTOR: 'a: [' }, host),
+      () =>
+        resolveSettings(
+          {},
+          { CHAINED_CNI_PLUGIN: 'yes', READINESS_PORT: '70000', KUBECONFIG_MODE: 'rw', AMBIENT_ENABLEMENT_SELECTOR: 'a: [' },
+          host,
+        ),
       (err: unknown) => {
         assert.ok(err instanceof SettingsError);
         for (const name of ['CHAINED_CNI_PLUGIN "yes"', 'READINESS_PORT "70000"', 'KUBECONFIG_MODE "rw"', 'AMBIENT_ENABLEMENT_SELECTOR']) {
@@ -78,7 +83,11 @@ describe('settings', () => {
 
   it('unusable directories stop start-up naming the setting', async () => {
     await assert.rejects(
-      checkInstallerPaths({ cniBinSourceDir: '/nonexistent/src', cniBinTargetDirs: ['/nonexistent/bin'], mountedCniNetDir: '/etc/hostname' }),
+      checkInstallerPaths({
+        cniBinSourceDir: '/nonexistent/src',
+        cniBinTargetDirs: ['/nonexistent/bin'],
+        mountedCniNetDir: '/etc/hostname',
+      }),
       (err: unknown) => {
         const m = (err as Error).message;
         assert.match(m, /CNI_BIN_SOURCE_DIR "\/nonexistent\/src": does not exist/);

@@ -98,7 +98,10 @@ describe('node readiness taint remover', () => {
     const remover = createNodeTaintRemover({ api: node.api, nodeName: 'node-a', taintKey: KEY, logger, retryDelayMs: 1 });
     remover.readinessChanged(true);
     assert.equal(await remover.done, 'removed');
-    assert.deepEqual(node.taints().map((t) => t.key), ['node.kubernetes.io/unreachable', 'dedicated']);
+    assert.deepEqual(
+      node.taints().map((t) => t.key),
+      ['node.kubernetes.io/unreachable', 'dedicated'],
+    );
     assert.deepEqual(node.calls.filter((c) => c.startsWith('GET')).length, 2);
   });
 
@@ -133,10 +136,16 @@ describe('node taint settings', () => {
   });
 
   it('NODE_TAINT_ENABLED and NODE_TAINT_KEY from env; a bad key is an error naming it', () => {
-    assert.deepEqual(resolveSettings({}, { NODE_TAINT_ENABLED: 'true', NODE_TAINT_KEY: 'example.com/cni' }, { hostname: () => 'h' }).nodeTaint, {
-      enabled: true,
-      key: 'example.com/cni',
-    });
-    assert.throws(() => resolveSettings({}, { NODE_TAINT_ENABLED: 'true', NODE_TAINT_KEY: 'bad key!' }, { hostname: () => 'h' }), /invalid NODE_TAINT_KEY "bad key!"/);
+    assert.deepEqual(
+      resolveSettings({}, { NODE_TAINT_ENABLED: 'true', NODE_TAINT_KEY: 'example.com/cni' }, { hostname: () => 'h' }).nodeTaint,
+      {
+        enabled: true,
+        key: 'example.com/cni',
+      },
+    );
+    assert.throws(
+      () => resolveSettings({}, { NODE_TAINT_ENABLED: 'true', NODE_TAINT_KEY: 'bad key!' }, { hostname: () => 'h' }),
+      /invalid NODE_TAINT_KEY "bad key!"/,
+    );
   });
 });

@@ -106,7 +106,10 @@ export async function scratchHost(t: { after(fn: () => unknown): void }): Promis
 }
 
 /** Installer settings of the `cni/test` harness (testdata/upstream/inputs.md §5.9) on a scratch host. */
-export function cniTestSettings(host: ScratchHost, over: { chained?: boolean; confName?: string; binSource?: string } = {}): InstallerSettings {
+export function cniTestSettings(
+  host: ScratchHost,
+  over: { chained?: boolean; confName?: string; binSource?: string } = {},
+): InstallerSettings {
   const chained = over.chained ?? true;
   return {
     cniBinSourceDir: over.binSource ?? join(CNI_TESTDATA, 'bindir'),

@@ -7,7 +7,10 @@ import { startFakeKubeApi } from '../../../test/support/fakeKubeApi.ts';
 import { tempDir, waitFor } from './testHelpers.ts';
 
 const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
-const pod = (name: string, node = 'n1') => ({ metadata: { name, namespace: 'default' }, spec: { nodeName: node, containers: [{ name: 'app' }] } });
+const pod = (name: string, node = 'n1') => ({
+  metadata: { name, namespace: 'default' },
+  spec: { nodeName: node, containers: [{ name: 'app' }] },
+});
 
 describe('watchCluster recovery', () => {
   it('re-lists after an API restart with compacted history (410 Gone): changes made meanwhile are neither lost nor duplicated', async (t) => {
@@ -27,7 +30,11 @@ describe('watchCluster recovery', () => {
     const events: string[] = [];
     watch.view.onPodChange((type, p) => events.push(`${type} ${p.metadata.name}`));
     await watch.synced;
-    assert.deepEqual(watch.view.listPods().map((p) => p.metadata.name), ['a'], 'only this node\'s pods');
+    assert.deepEqual(
+      watch.view.listPods().map((p) => p.metadata.name),
+      ['a'],
+      "only this node's pods",
+    );
 
     api.restartAndCompact();
     // While no watch is open: one pod appears, one goes away.
@@ -35,7 +42,10 @@ describe('watchCluster recovery', () => {
     api.deletePod('default', 'a');
 
     await waitFor('re-listed cache', () => {
-      const names = watch.view.listPods().map((p) => p.metadata.name).sort();
+      const names = watch.view
+        .listPods()
+        .map((p) => p.metadata.name)
+        .sort();
       return names.join(',') === 'b' || undefined;
     });
     assert.deepEqual([...events].sort(), ['add a', 'add b', 'delete a']);

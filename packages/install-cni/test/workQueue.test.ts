@@ -85,7 +85,10 @@ describe('work queue', () => {
     q.add({ key: 'a', version: 3 });
     release?.(new Error('boom'));
     await q.idle();
-    assert.deepEqual(seen.map((i) => i.version), [1, 3]);
+    assert.deepEqual(
+      seen.map((i) => i.version),
+      [1, 3],
+    );
   });
 
   it('retries a rejection with doubling delays, reporting each error, until it succeeds', async () => {

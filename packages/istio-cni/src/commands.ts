@@ -118,7 +118,13 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
           throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable; retry once it is running', err.message);
         }
         log.warn('istio-cni node agent unreachable; deciding in the plugin', { error: err.message });
-        const outcome = await deps.degraded.add(config, k8s, args.netns, prevResultIps(conf).map((ip) => ip.address), log);
+        const outcome = await deps.degraded.add(
+          config,
+          k8s,
+          args.netns,
+          prevResultIps(conf).map((ip) => ip.address),
+          log,
+        );
         log.info('pod handled in degraded mode', { ...outcome });
       }
       return passThrough(conf);

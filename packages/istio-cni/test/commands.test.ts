@@ -120,7 +120,14 @@ describe('createPluginFuncs', () => {
       const lines: string[] = [];
       const warnLogger = createJsonLogger({ scope: 'test', threshold: 'warn', sink: (line) => lines.push(line) });
       const funcs = createPluginFuncs({ logger: warnLogger, agentFor: () => agent });
-      const env = { CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_NETNS: '/var/run/netns/p1', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin', CNI_ARGS: podArgs };
+      const env = {
+        CNI_COMMAND: 'DEL',
+        CNI_CONTAINERID: 'c1',
+        CNI_NETNS: '/var/run/netns/p1',
+        CNI_IFNAME: 'eth0',
+        CNI_PATH: '/opt/cni/bin',
+        CNI_ARGS: podArgs,
+      };
       // A successful DEL prints nothing (CNI spec) and exits 0.
       assert.deepEqual(await dispatch(env, Buffer.from(confText()), funcs, ''), { stdout: '', stderr: '', exitCode: 0 });
       assert.deepEqual(
@@ -135,7 +142,10 @@ describe('createPluginFuncs', () => {
 
   it('STATUS is 50 when the agent is unreachable and the agent error otherwise', async () => {
     const down = createPluginFuncs({ logger, agentFor: () => fakeAgent(new AgentUnreachableError('gone')) });
-    await assert.rejects(down.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })), (e: unknown) => e instanceof CniError && e.code === 50);
+    await assert.rejects(
+      down.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
+      (e: unknown) => e instanceof CniError && e.code === 50,
+    );
     const notReady = createPluginFuncs({
       logger,
       agentFor: () => fakeAgent({ protocol: 1, error: { code: 50, msg: 'watches not synced' } }),
@@ -146,10 +156,7 @@ describe('createPluginFuncs', () => {
   it('GC sends the valid attachments to the agent', async () => {
     const agent = fakeAgent({ protocol: 1, verdict: 'ok' });
     const funcs = createPluginFuncs({ logger, agentFor: () => agent });
-    await funcs.gc(
-      args('GC', ''),
-      conf({ cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'a', ifname: 'eth0' }] }),
-    );
+    await funcs.gc(args('GC', ''), conf({ cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'a', ifname: 'eth0' }] }));
     assert.deepEqual(agent.requests[0]?.validAttachments, [{ containerId: 'a', ifName: 'eth0' }]);
   });
 });

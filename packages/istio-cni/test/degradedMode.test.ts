@@ -33,7 +33,10 @@ function config(ambient = false) {
   );
 }
 
-function fakeDeps(pod: Pod | undefined | Error[], opts: { namespace?: Namespace; applyError?: Error } = {}): DegradedDeps & { applied: string[]; verified: string[]; clock: number } {
+function fakeDeps(
+  pod: Pod | undefined | Error[],
+  opts: { namespace?: Namespace; applyError?: Error } = {},
+): DegradedDeps & { applied: string[]; verified: string[]; clock: number } {
   const failures = Array.isArray(pod) ? [...pod] : [];
   const deps = {
     applied: [] as string[],
@@ -70,14 +73,20 @@ const code = (n: number, msg?: RegExp) => (err: unknown) => err instanceof CniEr
 describe('degraded ADD (agent unreachable)', () => {
   it('passes a plain pod through', async () => {
     const deps = fakeDeps(plain);
-    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), { action: 'skipped', reason: 'pod has no istio-proxy container' });
+    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), {
+      action: 'skipped',
+      reason: 'pod has no istio-proxy container',
+    });
     assert.deepEqual(deps.applied, []);
     assert.deepEqual(deps.verified, []);
   });
 
   it('programs the capture rules for a sidecar pod itself', async () => {
     const deps = fakeDeps(sidecar);
-    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), { action: 'redirected', outcome: 'applied' });
+    assert.deepEqual(await degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), {
+      action: 'redirected',
+      outcome: 'applied',
+    });
     assert.deepEqual(deps.applied, ['/ns']);
     // ADD programs the rules; verifying them is CHECK's job.
     assert.deepEqual(deps.verified, []);
@@ -99,7 +108,10 @@ describe('degraded ADD (agent unreachable)', () => {
 
   it('gives up with code 11 at the deadline', async () => {
     const deps = fakeDeps(Array.from({ length: 100 }, () => new ApiRequestError('connection refused')));
-    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /after 5 attempt\(s\): connection refused/));
+    await assert.rejects(
+      degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy),
+      code(11, /after 5 attempt\(s\): connection refused/),
+    );
     assert.ok(deps.clock < policy.deadlineMs);
   });
 
@@ -110,14 +122,20 @@ describe('degraded ADD (agent unreachable)', () => {
   });
 
   it('fails with code 7 naming the annotation for an invalid annotation, applying nothing', async () => {
-    const bad: Pod = { ...sidecar, metadata: { ...sidecar.metadata, annotations: { ...sidecar.metadata.annotations, 'sidecar.istio.io/interceptionMode': 'MAGIC' } } };
+    const bad: Pod = {
+      ...sidecar,
+      metadata: { ...sidecar.metadata, annotations: { ...sidecar.metadata.annotations, 'sidecar.istio.io/interceptionMode': 'MAGIC' } },
+    };
     const deps = fakeDeps(bad);
-    await assert.rejects(degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/));
+    await assert.rejects(
+      degradedAdd(deps, config(), k8s, '/ns', ['10.0.0.5/24'], log, policy),
+      code(7, /sidecar\.istio\.io\/interceptionMode="MAGIC"/),
+    );
     assert.deepEqual(deps.applied, []);
     assert.deepEqual(deps.verified, []);
   });
 
-  it('fails with code 8 naming the netns when the capture refuses it (the node\'s own)', async () => {
+  it("fails with code 8 naming the netns when the capture refuses it (the node's own)", async () => {
     const deps = fakeDeps(sidecar, { applyError: new PodNetnsRefusedError('/proc/1/ns/net', "it is the node's own network namespace") });
     await assert.rejects(
       degradedAdd(deps, config(), k8s, '/proc/1/ns/net', ['10.0.0.5/24'], log, policy),
@@ -134,7 +152,10 @@ describe('degraded ADD (agent unreachable)', () => {
 describe('degraded CHECK', () => {
   it('verifies a sidecar pod rules directly and reports what is missing', async () => {
     const deps = fakeDeps(sidecar);
-    await assert.rejects(degradedCheck(deps, config(), k8s, '/ns', policy), (e: unknown) => e instanceof CniError && e.details === 'nat ISTIO_OUTPUT missing');
+    await assert.rejects(
+      degradedCheck(deps, config(), k8s, '/ns', policy),
+      (e: unknown) => e instanceof CniError && e.details === 'nat ISTIO_OUTPUT missing',
+    );
     assert.deepEqual(deps.verified, ['/ns']);
     assert.deepEqual(deps.applied, []);
   });

@@ -89,7 +89,12 @@ export interface WatchStream {
 export interface KubeClient {
   request<T = unknown>(req: KubeRequest): Promise<T>;
   /** `GET path?watch=true&…`; `onEvent` is called for each event, in order. */
-  watch(path: string, query: Readonly<Record<string, string | undefined>>, onEvent: (event: WatchEvent) => void, idleTimeoutMs: number): WatchStream;
+  watch(
+    path: string,
+    query: Readonly<Record<string, string | undefined>>,
+    onEvent: (event: WatchEvent) => void,
+    idleTimeoutMs: number,
+  ): WatchStream;
 }
 
 export interface KubeClientOptions {
@@ -177,7 +182,9 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         rejectUnauthorized: !creds.insecureSkipTlsVerify,
       }
     : {};
-  const agent = secure ? new HttpsAgent({ keepAlive: true, maxFreeSockets: 4, ...tls }) : new HttpAgent({ keepAlive: true, maxFreeSockets: 4 });
+  const agent = secure
+    ? new HttpsAgent({ keepAlive: true, maxFreeSockets: 4, ...tls })
+    : new HttpAgent({ keepAlive: true, maxFreeSockets: 4 });
   // Node sets a pooled socket's idle timeout from the server's `Keep-Alive: timeout=N` hint (less a
   // second) or leaves none; ours is shorter either way, and the agent destroys a free socket on it.
   const pool = agent as unknown as { keepSocketAlive(socket: Socket): boolean };
@@ -242,24 +249,29 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
       });
       r.on('response', (res) => {
         answered = true;
-        readBody(res).then((body) => {
-          const status = res.statusCode ?? 0;
-          if (status === 401) creds.invalidateToken();
-          if (status < 200 || status >= 300) {
-            const retryAfter = res.headers['retry-after'];
-            reject(statusError(req.method, req.path, status, body, parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter)));
-            return;
-          }
-          if (body === '') {
-            resolve(undefined as T);
-            return;
-          }
-          try {
-            resolve(JSON.parse(body) as T);
-          } catch {
-            reject(new Error(`${req.method} ${req.path}: HTTP ${status} with a non-JSON body`));
-          }
-        }, (err: Error) => reject(new KubeConnectionError(`${req.method} ${req.path}: ${err.message}`, err, false)));
+        readBody(res).then(
+          (body) => {
+            const status = res.statusCode ?? 0;
+            if (status === 401) creds.invalidateToken();
+            if (status < 200 || status >= 300) {
+              const retryAfter = res.headers['retry-after'];
+              reject(
+                statusError(req.method, req.path, status, body, parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter)),
+              );
+              return;
+            }
+            if (body === '') {
+              resolve(undefined as T);
+              return;
+            }
+            try {
+              resolve(JSON.parse(body) as T);
+            } catch {
+              reject(new Error(`${req.method} ${req.path}: HTTP ${status} with a non-JSON body`));
+            }
+          },
+          (err: Error) => reject(new KubeConnectionError(`${req.method} ${req.path}: ${err.message}`, err, false)),
+        );
       });
       r.end(payload);
     });
@@ -285,17 +297,14 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         transientRetries++;
         return err instanceof KubeApiError && err.retryAfterMs !== undefined ? { retry: true, afterMs: err.retryAfterMs } : { retry: true };
       };
-      return retryWithBackoff(
-        () => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (Date.now() - started)))),
-        {
-          policy: options.backoff ?? DEFAULT_BACKOFF,
-          maxAttempts: maxAttempts + MAX_STALE_SOCKET_RETRIES,
-          deadlineMs,
-          classify,
-          ...(options.onRetry ? { onRetry: (err: unknown, n: number, ms: number) => options.onRetry?.(err as Error, n, ms) } : {}),
-          ...(options.sleep ? { sleep: options.sleep } : {}),
-        },
-      );
+      return retryWithBackoff(() => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (Date.now() - started)))), {
+        policy: options.backoff ?? DEFAULT_BACKOFF,
+        maxAttempts: maxAttempts + MAX_STALE_SOCKET_RETRIES,
+        deadlineMs,
+        classify,
+        ...(options.onRetry ? { onRetry: (err: unknown, n: number, ms: number) => options.onRetry?.(err as Error, n, ms) } : {}),
+        ...(options.sleep ? { sleep: options.sleep } : {}),
+      });
     },
 
     watch(path, query, onEvent, idleTimeoutMs) {
@@ -342,7 +351,12 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
                 finish(new Error(`watch ${path}: malformed event line`));
                 return;
               }
-              if (typeof event.type !== 'string' || !WATCH_EVENT_TYPES.has(event.type) || typeof event.object !== 'object' || event.object === null) {
+              if (
+                typeof event.type !== 'string' ||
+                !WATCH_EVENT_TYPES.has(event.type) ||
+                typeof event.object !== 'object' ||
+                event.object === null
+              ) {
                 finish(new Error(`watch ${path}: malformed event`));
                 return;
               }

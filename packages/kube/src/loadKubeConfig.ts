@@ -100,7 +100,8 @@ export function readKubeconfigFile(file: string): KubeCredentials {
   const server = optionalString(cluster, 'server', file);
   if (server === undefined) throw new Error(`kubeconfig ${file}: cluster has no server`);
   for (const f of UNSUPPORTED_USER_FIELDS) {
-    if (user[f] !== undefined) throw new Error(`kubeconfig ${file}: user ${f} is not supported (use a token, tokenFile or client certificate)`);
+    if (user[f] !== undefined)
+      throw new Error(`kubeconfig ${file}: user ${f} is not supported (use a token, tokenFile or client certificate)`);
   }
   const tokenFile = optionalString(user, 'tokenFile', file);
   const ca = fileOrData(cluster, 'certificate-authority', file);
@@ -114,7 +115,9 @@ export function readKubeconfigFile(file: string): KubeCredentials {
     ...(tlsServerName ? { tlsServerName } : {}),
     ...(clientCert ? { clientCert } : {}),
     ...(clientKey ? { clientKey } : {}),
-    ...(tokenFile !== undefined ? tokenFromFile(isAbsolute(tokenFile) ? tokenFile : join(dirname(file), tokenFile)) : staticToken(optionalString(user, 'token', file))),
+    ...(tokenFile !== undefined
+      ? tokenFromFile(isAbsolute(tokenFile) ? tokenFile : join(dirname(file), tokenFile))
+      : staticToken(optionalString(user, 'token', file))),
   };
 }
 

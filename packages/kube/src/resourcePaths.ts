@@ -6,4 +6,5 @@ export const podPath = (namespace: string, name: string): string => `${namespace
 export const podStatusPath = (namespace: string, name: string): string => `${podPath(namespace, name)}/status`;
 export const eventsPath = (namespace: string): string => `${namespacePath(namespace)}/events`;
 export const nodePath = (name: string): string => `/api/v1/nodes/${seg(name)}`;
-export const daemonSetPath = (namespace: string, name: string): string => `/apis/apps/v1/namespaces/${seg(namespace)}/daemonsets/${seg(name)}`;
+export const daemonSetPath = (namespace: string, name: string): string =>
+  `/apis/apps/v1/namespaces/${seg(namespace)}/daemonsets/${seg(name)}`;

@@ -56,7 +56,13 @@ describe('kubeconfig', () => {
     assert.equal(creds.ca?.toString(), 'PEM');
     assert.equal(creds.clientCert?.toString(), 'CERT');
     assert.equal(creds.token(), 'abc');
-    writeFileSync(file, JSON.stringify({ clusters: [{ name: 'c', cluster: { server: 'https://h' } }], users: [{ name: 'u', user: { exec: { command: 'x' } } }] }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        clusters: [{ name: 'c', cluster: { server: 'https://h' } }],
+        users: [{ name: 'u', user: { exec: { command: 'x' } } }],
+      }),
+    );
     assert.throws(() => readKubeconfigFile(file), /user exec is not supported/);
   });
 
@@ -78,7 +84,9 @@ describe('kube client', () => {
       if (req.method === 'PATCH') json(res, 200, { ok: true });
       else json(res, 404, { kind: 'Status', message: 'pods "x" not found', reason: 'NotFound', code: 404 });
     });
-    assert.deepEqual(await client.request({ method: 'PATCH', path: '/api/v1/nodes/n', contentType: MERGE_PATCH, body: { a: 1 } }), { ok: true });
+    assert.deepEqual(await client.request({ method: 'PATCH', path: '/api/v1/nodes/n', contentType: MERGE_PATCH, body: { a: 1 } }), {
+      ok: true,
+    });
     assert.equal(seen[0]?.headers.authorization, 'Bearer tok');
     assert.equal(seen[0]?.headers['content-type'], MERGE_PATCH);
     assert.equal(seen[0]?.body, '{"a":1}');

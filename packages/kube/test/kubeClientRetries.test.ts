@@ -28,9 +28,18 @@ function recordedSleep(): { waits: number[]; sleep(ms: number): Promise<void> } 
 describe('backoff', () => {
   it('grows by the factor up to the ceiling, with jitter only upwards and within the ceiling', () => {
     const policy = { initialMs: 100, maxMs: 1000 };
-    assert.deepEqual([1, 2, 3, 4, 5, 6].map((n) => backoffDelay(policy, n, () => 0)), [100, 200, 400, 800, 1000, 1000]);
-    assert.equal(backoffDelay(policy, 1, () => 0.999), 120);
-    assert.equal(backoffDelay(policy, 10, () => 0.999), 1000);
+    assert.deepEqual(
+      [1, 2, 3, 4, 5, 6].map((n) => backoffDelay(policy, n, () => 0)),
+      [100, 200, 400, 800, 1000, 1000],
+    );
+    assert.equal(
+      backoffDelay(policy, 1, () => 0.999),
+      120,
+    );
+    assert.equal(
+      backoffDelay(policy, 10, () => 0.999),
+      1000,
+    );
     const b = new Backoff({ initialMs: 10, maxMs: 40, jitter: 0 });
     assert.deepEqual([b.next(), b.next(), b.next(), b.next()], [10, 20, 40, 40]);
     b.reset();
@@ -45,7 +54,12 @@ describe('backoff', () => {
         if (++calls < 3) throw new Error('flaky');
         return 'ok';
       },
-      { policy: { initialMs: 10, maxMs: 100, jitter: 0 }, maxAttempts: 5, classify: (_e, n) => ({ retry: true, ...(n === 2 ? { afterMs: 1000 } : {}) }), sleep },
+      {
+        policy: { initialMs: 10, maxMs: 100, jitter: 0 },
+        maxAttempts: 5,
+        classify: (_e, n) => ({ retry: true, ...(n === 2 ? { afterMs: 1000 } : {}) }),
+        sleep,
+      },
     );
     assert.equal(value, 'ok');
     assert.deepEqual(waits, [10, 1000]);
@@ -111,13 +125,18 @@ describe('kube client retries', () => {
     assert.equal(seen.length, 6);
     assert.equal(waits.length, 5);
     assert.ok((waits[0] ?? 0) >= 1000, `Retry-After honoured: ${waits.join(',')}`);
-    assert.ok(waits.slice(1).every((w) => w > 0 && w <= 3000), waits.join(','));
+    assert.ok(
+      waits.slice(1).every((w) => w > 0 && w <= 3000),
+      waits.join(','),
+    );
   });
 
   it('reports 400, 401, 403, 404, 409 and 422 as they are, after one attempt', async (t) => {
     for (const code of [400, 401, 403, 404, 409, 422]) {
       const { seen, client } = await scriptedApi(t, (_req, res) => json(res, code, status(code, `R${code}`)), { sleep: async () => {} });
-      const err = await client.request({ method: 'PATCH', path: '/x', idempotent: true, contentType: MERGE_PATCH, body: {} }).catch((e: unknown) => e);
+      const err = await client
+        .request({ method: 'PATCH', path: '/x', idempotent: true, contentType: MERGE_PATCH, body: {} })
+        .catch((e: unknown) => e);
       assert.ok(err instanceof KubeApiError && err.code === code && err.reason === `R${code}`, String(err));
       assert.equal(isTransientKubeError(err), false);
       assert.equal(seen.length, 1, `${code} not retried`);
@@ -125,8 +144,14 @@ describe('kube client retries', () => {
   });
 
   it('does not resend a non-idempotent call after a transient answer; gives up within the deadline naming the call', async (t) => {
-    const { seen, client } = await scriptedApi(t, (_req, res) => json(res, 503, status(503, 'ServiceUnavailable')), { deadlineMs: 600, backoff: { initialMs: 100, maxMs: 100 } });
-    await assert.rejects(client.request({ method: 'POST', path: '/api/v1/namespaces/a/events', body: {} }), /POST \/api\/v1\/namespaces\/a\/events: HTTP 503/);
+    const { seen, client } = await scriptedApi(t, (_req, res) => json(res, 503, status(503, 'ServiceUnavailable')), {
+      deadlineMs: 600,
+      backoff: { initialMs: 100, maxMs: 100 },
+    });
+    await assert.rejects(
+      client.request({ method: 'POST', path: '/api/v1/namespaces/a/events', body: {} }),
+      /POST \/api\/v1\/namespaces\/a\/events: HTTP 503/,
+    );
     assert.equal(seen.length, 1);
     const started = Date.now();
     const err = await client.request({ method: 'GET', path: '/api/v1/nodes/n' }).catch((e: unknown) => e);
@@ -158,7 +183,10 @@ describe('kube client keep-alive connections', () => {
     const { seen, url } = await scriptedApi(t, (req, res) => json(res, 200, { method: req.method, n: seen.length }));
     const proxy = await startFaultProxy(url.href);
     t.after(() => proxy.close());
-    const client = createKubeClient({ server: new URL(proxy.url), insecureSkipTlsVerify: false, token: () => 't', invalidateToken: () => {} }, { sleep: async () => {} });
+    const client = createKubeClient(
+      { server: new URL(proxy.url), insecureSkipTlsVerify: false, token: () => 't', invalidateToken: () => {} },
+      { sleep: async () => {} },
+    );
     return { seen, proxy, client };
   }
 

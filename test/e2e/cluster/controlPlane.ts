@@ -79,82 +79,109 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
   const etcdPeerPort = await freePort();
   const etcdUrl = `http://127.0.0.1:${etcdClientPort}`;
   const etcdPeer = `http://127.0.0.1:${etcdPeerPort}`;
-  const etcd = startDetached('etcd', [
-    rigBinary('etcd'),
-    '--name=istio-cni',
-    `--data-dir=${join(dir, 'etcd')}`,
-    `--listen-client-urls=${etcdUrl}`,
-    `--advertise-client-urls=${etcdUrl}`,
-    `--listen-peer-urls=${etcdPeer}`,
-    `--initial-advertise-peer-urls=${etcdPeer}`,
-    `--initial-cluster=istio-cni=${etcdPeer}`,
-    '--unsafe-no-fsync',
-    '--log-level=warn',
-  ], join(dir, 'etcd.log'), STOP_ETCD);
+  const etcd = startDetached(
+    'etcd',
+    [
+      rigBinary('etcd'),
+      '--name=istio-cni',
+      `--data-dir=${join(dir, 'etcd')}`,
+      `--listen-client-urls=${etcdUrl}`,
+      `--advertise-client-urls=${etcdUrl}`,
+      `--listen-peer-urls=${etcdPeer}`,
+      `--initial-advertise-peer-urls=${etcdPeer}`,
+      `--initial-cluster=istio-cni=${etcdPeer}`,
+      '--unsafe-no-fsync',
+      '--log-level=warn',
+    ],
+    join(dir, 'etcd.log'),
+    STOP_ETCD,
+  );
   state.processes.push(etcd);
   saveState(state);
-  await waitForDetached('etcd /health', etcd, async () => {
-    const body = (await (await fetch(`${etcdUrl}/health`)).json()) as { health?: string };
-    return body.health === 'true' ? true : undefined;
-  }, 30_000);
+  await waitForDetached(
+    'etcd /health',
+    etcd,
+    async () => {
+      const body = (await (await fetch(`${etcdUrl}/health`)).json()) as { health?: string };
+      return body.health === 'true' ? true : undefined;
+    },
+    30_000,
+  );
 
-  const apiserver = startDetached('kube-apiserver', [
-    rigBinary('kube-apiserver'),
-    `--etcd-servers=${etcdUrl}`,
-    `--bind-address=${CONTROL_PLANE_IP}`,
-    `--advertise-address=${CONTROL_PLANE_IP}`,
-    `--secure-port=${APISERVER_PORT}`,
-    `--cert-dir=${pkiDir}`,
-    `--tls-cert-file=${pki.servingCert}`,
-    `--tls-private-key-file=${pki.servingKey}`,
-    `--token-auth-file=${tokenFile}`,
-    `--kubelet-client-certificate=${kubeletClientCert}`,
-    `--kubelet-client-key=${kubeletClientKey}`,
-    '--kubelet-preferred-address-types=InternalIP',
-    '--authorization-mode=Node,RBAC',
-    `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
-    `--service-account-key-file=${pki.serviceAccountPublicKey}`,
-    `--service-account-signing-key-file=${pki.serviceAccountSigningKey}`,
-    `--service-cluster-ip-range=${SERVICE_CIDR}`,
-    '--allow-privileged=true',
-    '--profiling=false',
-  ], join(dir, 'kube-apiserver.log'), STOP_APISERVER);
+  const apiserver = startDetached(
+    'kube-apiserver',
+    [
+      rigBinary('kube-apiserver'),
+      `--etcd-servers=${etcdUrl}`,
+      `--bind-address=${CONTROL_PLANE_IP}`,
+      `--advertise-address=${CONTROL_PLANE_IP}`,
+      `--secure-port=${APISERVER_PORT}`,
+      `--cert-dir=${pkiDir}`,
+      `--tls-cert-file=${pki.servingCert}`,
+      `--tls-private-key-file=${pki.servingKey}`,
+      `--token-auth-file=${tokenFile}`,
+      `--kubelet-client-certificate=${kubeletClientCert}`,
+      `--kubelet-client-key=${kubeletClientKey}`,
+      '--kubelet-preferred-address-types=InternalIP',
+      '--authorization-mode=Node,RBAC',
+      `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
+      `--service-account-key-file=${pki.serviceAccountPublicKey}`,
+      `--service-account-signing-key-file=${pki.serviceAccountSigningKey}`,
+      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      '--allow-privileged=true',
+      '--profiling=false',
+    ],
+    join(dir, 'kube-apiserver.log'),
+    STOP_APISERVER,
+  );
   state.processes.push(apiserver);
   saveState(state);
   const caPem = readFileSync(pki.caCert, 'utf8');
   const api = makeKubeClient(server, caPem, adminToken);
-  await waitForDetached('kube-apiserver /readyz', apiserver, async () =>
-    ((await api.request('GET', '/readyz')).status === 200 ? true : undefined), 180_000);
+  await waitForDetached(
+    'kube-apiserver /readyz',
+    apiserver,
+    async () => ((await api.request('GET', '/readyz')).status === 200 ? true : undefined),
+    180_000,
+  );
   writeKubeconfig(KUBECONFIG_FILE, adminToken);
 
   const controllerManagerKubeconfig = join(dir, 'kube-controller-manager.kubeconfig');
   writeKubeconfig(controllerManagerKubeconfig, controllerManagerToken);
-  state.processes.push(startDetached('kube-controller-manager', [
-    rigBinary('kube-controller-manager'),
-    `--kubeconfig=${controllerManagerKubeconfig}`,
-    '--leader-elect=false',
-    // No serving endpoint: nothing scrapes it, and it would need its own delegated authn/authz.
-    '--secure-port=0',
-    // The token controller signs the legacy tokens; the root CA goes into every namespace's kube-root-ca.crt.
-    `--service-account-private-key-file=${pki.serviceAccountSigningKey}`,
-    `--root-ca-file=${pki.caCert}`,
-    `--service-cluster-ip-range=${SERVICE_CIDR}`,
-    // Each controller acts as its own service account with its bootstrap role (the
-    // system:kube-controller-manager user alone may not run the DaemonSet or root-CA controllers).
-    '--use-service-account-credentials=true',
-    '--profiling=false',
-  ], join(dir, 'kube-controller-manager.log'), STOP_CONTROLLER_MANAGER));
+  state.processes.push(
+    startDetached(
+      'kube-controller-manager',
+      [
+        rigBinary('kube-controller-manager'),
+        `--kubeconfig=${controllerManagerKubeconfig}`,
+        '--leader-elect=false',
+        // No serving endpoint: nothing scrapes it, and it would need its own delegated authn/authz.
+        '--secure-port=0',
+        // The token controller signs the legacy tokens; the root CA goes into every namespace's kube-root-ca.crt.
+        `--service-account-private-key-file=${pki.serviceAccountSigningKey}`,
+        `--root-ca-file=${pki.caCert}`,
+        `--service-cluster-ip-range=${SERVICE_CIDR}`,
+        // Each controller acts as its own service account with its bootstrap role (the
+        // system:kube-controller-manager user alone may not run the DaemonSet or root-CA controllers).
+        '--use-service-account-credentials=true',
+        '--profiling=false',
+      ],
+      join(dir, 'kube-controller-manager.log'),
+      STOP_CONTROLLER_MANAGER,
+    ),
+  );
   saveState(state);
 
   const schedulerKubeconfig = join(dir, 'kube-scheduler.kubeconfig');
   writeKubeconfig(schedulerKubeconfig, schedulerToken);
-  state.processes.push(startDetached('kube-scheduler', [
-    rigBinary('kube-scheduler'),
-    `--kubeconfig=${schedulerKubeconfig}`,
-    '--leader-elect=false',
-    '--secure-port=0',
-    '--profiling=false',
-  ], join(dir, 'kube-scheduler.log'), STOP_SCHEDULER));
+  state.processes.push(
+    startDetached(
+      'kube-scheduler',
+      [rigBinary('kube-scheduler'), `--kubeconfig=${schedulerKubeconfig}`, '--leader-elect=false', '--secure-port=0', '--profiling=false'],
+      join(dir, 'kube-scheduler.log'),
+      STOP_SCHEDULER,
+    ),
+  );
   saveState(state);
 
   return { server, pki, api, writeKubeconfig, nodeTokens };

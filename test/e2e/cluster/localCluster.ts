@@ -41,10 +41,21 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
   if (!Number.isInteger(options.nodes) || options.nodes < 1 || options.nodes > MAX_NODES) {
     throw new Error(`NODES must be 1..${MAX_NODES}, not ${options.nodes}`);
   }
-  if (loadState() !== undefined) throw new Error(`a cluster is up (${relative(REPO_ROOT, CLUSTER_DIR)}/state.json): run \`make down\` first`);
+  if (loadState() !== undefined)
+    throw new Error(`a cluster is up (${relative(REPO_ROOT, CLUSTER_DIR)}/state.json): run \`make down\` first`);
   if (process.getuid?.() !== 0) throw new Error('the cluster needs root (network namespaces, mounts, cgroups, containerd)');
-  if (!existsSync(imageTar)) throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_TAR)`);
-  const needed: RigBinary[] = ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet', 'crictl', 'helm', 'pause-image.tar'];
+  if (!existsSync(imageTar))
+    throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_TAR)`);
+  const needed: RigBinary[] = [
+    'etcd',
+    'kube-apiserver',
+    'kube-controller-manager',
+    'kube-scheduler',
+    'kubelet',
+    'crictl',
+    'helm',
+    'pause-image.tar',
+  ];
   for (const b of needed) rigBinary(b);
 
   const state = emptyState();
@@ -87,7 +98,9 @@ async function requireImage(node: RunningNode, ref: string, imageTar: string): P
   // containerd spells a bare Docker Hub reference in full.
   if (!refs.includes(ref) && !refs.includes(`docker.io/${ref}`)) {
     const names = refs.filter((r) => !r.startsWith('sha256:')).join(', ');
-    throw new Error(`${node.layout.name}: ${relative(REPO_ROOT, imageTar)} did not import as ${ref} (images: ${names}); set IMAGE to its name`);
+    throw new Error(
+      `${node.layout.name}: ${relative(REPO_ROOT, imageTar)} did not import as ${ref} (images: ${names}); set IMAGE to its name`,
+    );
   }
 }
 
@@ -101,8 +114,10 @@ async function helmInstall(ref: string, extraSet: readonly string[]): Promise<vo
     HELM_DATA_HOME: join(helmHome, 'data'),
   };
   const sets = [`image=${ref}`, 'pullPolicy=Never', ...extraSet].flatMap((s) => ['--set', s]);
-  await runCommand([rigBinary('helm'), 'install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets],
-    { env, timeoutMs: 120_000 });
+  await runCommand(
+    [rigBinary('helm'), 'install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets],
+    { env, timeoutMs: 120_000 },
+  );
 }
 
 interface DaemonSetStatus {
@@ -121,7 +136,9 @@ export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: n
     if (Date.now() > deadline) {
       const pods = await controlPlane.api.request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`);
       const events = await controlPlane.api.request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/events`);
-      throw new Error(`DaemonSet ${DAEMONSET} not Ready (${JSON.stringify(s)})\npods: ${pods.text.slice(0, 4000)}\nevents: ${events.text.slice(0, 4000)}`);
+      throw new Error(
+        `DaemonSet ${DAEMONSET} not Ready (${JSON.stringify(s)})\npods: ${pods.text.slice(0, 4000)}\nevents: ${events.text.slice(0, 4000)}`,
+      );
     }
     await new Promise((r) => setTimeout(r, 1000));
   }

@@ -65,16 +65,21 @@ export async function startNode(
   const logs = join(node.dir, 'logs');
   for (const d of [logs, ...NODE_PRIVATE_PATHS.map((p) => join(node.dir, p.nodeDir))]) mkdirSync(d, { recursive: true });
 
-  const holder = startDetached(`${node.name} namespaces`, [
-    'unshare', '--mount', '--propagation', 'slave', '--',
-    'nsenter', `--net=/run/netns/${node.netns}`, '--',
-    'sleep', 'infinity',
-  ], join(logs, 'holder.log'), STOP_HOLDER);
+  const holder = startDetached(
+    `${node.name} namespaces`,
+    ['unshare', '--mount', '--propagation', 'slave', '--', 'nsenter', `--net=/run/netns/${node.netns}`, '--', 'sleep', 'infinity'],
+    join(logs, 'holder.log'),
+    STOP_HOLDER,
+  );
   state.processes.push(holder);
   saveState(state);
   const netnsLink = `net:[${statSync(`/run/netns/${node.netns}`).ino}]`;
-  await waitForDetached(`${node.name} netns entered`, holder, async () =>
-    (readlinkSync(`/proc/${holder.pid}/ns/net`) === netnsLink ? true : undefined), 10_000);
+  await waitForDetached(
+    `${node.name} netns entered`,
+    holder,
+    async () => (readlinkSync(`/proc/${holder.pid}/ns/net`) === netnsLink ? true : undefined),
+    10_000,
+  );
   const mountNs = ['nsenter', '-t', String(holder.pid), '-m', '--'];
   for (const { hostPath, nodeDir } of NODE_PRIVATE_PATHS) {
     ensureHostDir(state, hostPath);
@@ -98,26 +103,55 @@ export async function startNode(
 
   // Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods).
   for (const chain of ['PREROUTING', 'OUTPUT']) {
-    await runCommand(inNode(holder.pid, ['iptables', '-w', '-t', 'nat', '-A', chain, '-d', `${KUBERNETES_SERVICE_IP}/32`, '-p', 'tcp',
-      '--dport', '443', '-j', 'DNAT', '--to-destination', `${CONTROL_PLANE_IP}:${APISERVER_PORT}`]));
+    await runCommand(
+      inNode(holder.pid, [
+        'iptables',
+        '-w',
+        '-t',
+        'nat',
+        '-A',
+        chain,
+        '-d',
+        `${KUBERNETES_SERVICE_IP}/32`,
+        '-p',
+        'tcp',
+        '--dport',
+        '443',
+        '-j',
+        'DNAT',
+        '--to-destination',
+        `${CONTROL_PLANE_IP}:${APISERVER_PORT}`,
+      ]),
+    );
   }
 
   const containerdDir = join(node.dir, 'containerd');
   mkdirSync(containerdDir, { recursive: true });
   const containerdSocket = join(containerdDir, 'containerd.sock');
   const containerdConfig = join(containerdDir, 'config.toml');
-  writeFileSync(containerdConfig, renderContainerdConfig(containerdDir, containerdSocket, '/etc/cni/net.d', '/opt/cni/bin', pauseImageRef()));
+  writeFileSync(
+    containerdConfig,
+    renderContainerdConfig(containerdDir, containerdSocket, '/etc/cni/net.d', '/opt/cni/bin', pauseImageRef()),
+  );
   state.runtimes.push({ socket: containerdSocket, dir: containerdDir });
-  const containerd = startDetached(`${node.name} containerd`, inNode(holder.pid, ['containerd', '--config', containerdConfig]),
-    join(logs, 'containerd.log'), STOP_CONTAINERD);
+  const containerd = startDetached(
+    `${node.name} containerd`,
+    inNode(holder.pid, ['containerd', '--config', containerdConfig]),
+    join(logs, 'containerd.log'),
+    STOP_CONTAINERD,
+  );
   state.processes.push(containerd);
   saveState(state);
   const crictlConfig = join(containerdDir, 'crictl.yaml');
   writeFileSync(crictlConfig, `runtime-endpoint: unix://${containerdSocket}\nimage-endpoint: unix://${containerdSocket}\ntimeout: 60\n`);
   const crictl = async (args: readonly string[]) =>
     (await runCommand([rigBinary('crictl'), '--config', crictlConfig, ...args], { timeoutMs: 90_000 })).stdout;
-  await waitForDetached(`${node.name} containerd CRI`, containerd, async () =>
-    ((await crictl(['version'])).includes('RuntimeName') ? true : undefined), 60_000);
+  await waitForDetached(
+    `${node.name} containerd CRI`,
+    containerd,
+    async () => ((await crictl(['version'])).includes('RuntimeName') ? true : undefined),
+    60_000,
+  );
   for (const tar of [rigBinary('pause-image.tar'), ...imageTars]) {
     await runCommand(['ctr', '--address', containerdSocket, '--namespace', 'k8s.io', 'images', 'import', tar], { timeoutMs: 600_000 });
   }
@@ -126,7 +160,13 @@ export async function startNode(
   return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
 }
 
-function startKubelet(state: ClusterState, node: NodeLayout, controlPlane: ControlPlane, holder: ProcessRecord, containerdSocket: string): ProcessRecord {
+function startKubelet(
+  state: ClusterState,
+  node: NodeLayout,
+  controlPlane: ControlPlane,
+  holder: ProcessRecord,
+  containerdSocket: string,
+): ProcessRecord {
   if (Object.keys(state.sysctls).length === 0) {
     for (const key of KUBELET_KERNEL_TUNABLES) state.sysctls[key] = readFileSync(`/proc/sys/${key}`, 'utf8').trim();
     saveState(state);
@@ -176,15 +216,20 @@ function startKubelet(state: ClusterState, node: NodeLayout, controlPlane: Contr
   };
   const configPath = join(dir, 'kubelet.yaml');
   writeFileSync(configPath, `${JSON.stringify(config, null, 2)}\n`);
-  const kubelet = startDetached(`${node.name} kubelet`, inNode(holder.pid, [
-    rigBinary('kubelet'),
-    `--config=${configPath}`,
-    `--kubeconfig=${kubeconfig}`,
-    `--root-dir=${join(dir, 'root')}`,
-    `--cert-dir=${join(dir, 'pki')}`,
-    `--hostname-override=${node.name}`,
-    `--node-ip=${node.ip}`,
-  ]), join(node.dir, 'logs/kubelet.log'), STOP_KUBELET);
+  const kubelet = startDetached(
+    `${node.name} kubelet`,
+    inNode(holder.pid, [
+      rigBinary('kubelet'),
+      `--config=${configPath}`,
+      `--kubeconfig=${kubeconfig}`,
+      `--root-dir=${join(dir, 'root')}`,
+      `--cert-dir=${join(dir, 'pki')}`,
+      `--hostname-override=${node.name}`,
+      `--node-ip=${node.ip}`,
+    ]),
+    join(node.dir, 'logs/kubelet.log'),
+    STOP_KUBELET,
+  );
   state.processes.push(kubelet);
   saveState(state);
   return kubelet;
@@ -193,13 +238,22 @@ function startKubelet(state: ClusterState, node: NodeLayout, controlPlane: Contr
 /** Resolves once the Node is registered and Ready; records its pod CIDR on it (informational: the bridge conflist already routes it). */
 export async function waitNodeReady(controlPlane: ControlPlane, node: RunningNode, timeoutMs = 180_000): Promise<void> {
   const path = `/api/v1/nodes/${node.layout.name}`;
-  await waitForDetached(`Node ${node.layout.name} Ready`, node.kubelet, async () => {
-    const res = await controlPlane.api.request<{ status?: { conditions?: { type: string; status: string }[] } }>('GET', path);
-    if (res.status !== 200) return undefined;
-    return res.body.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true ? true : undefined;
-  }, timeoutMs);
-  await controlPlane.api.must('PATCH', path, { spec: { podCIDR: node.layout.podCidr, podCIDRs: [node.layout.podCidr] } },
-    { contentType: 'application/merge-patch+json' });
+  await waitForDetached(
+    `Node ${node.layout.name} Ready`,
+    node.kubelet,
+    async () => {
+      const res = await controlPlane.api.request<{ status?: { conditions?: { type: string; status: string }[] } }>('GET', path);
+      if (res.status !== 200) return undefined;
+      return res.body.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true ? true : undefined;
+    },
+    timeoutMs,
+  );
+  await controlPlane.api.must(
+    'PATCH',
+    path,
+    { spec: { podCIDR: node.layout.podCidr, podCIDRs: [node.layout.podCidr] } },
+    { contentType: 'application/merge-patch+json' },
+  );
 }
 
 /** Creates path (and missing parents) on the host as an empty mount point, recording what it created. */

@@ -46,17 +46,24 @@ export async function writeOneLayerImage(rootfs: string, ref: string, config: Im
       layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar', digest: `sha256:${layerDigest}`, size: layerSize }],
     });
     const tag = ref.slice(ref.lastIndexOf(':') + 1);
-    writeFileSync(join(work, 'oci/index.json'), JSON.stringify({
-      schemaVersion: 2,
-      manifests: [{
-        mediaType: 'application/vnd.oci.image.manifest.v1+json',
-        ...manifest,
-        platform: { architecture: 'amd64', os: 'linux' },
-        annotations: { 'io.containerd.image.name': ref, 'org.opencontainers.image.ref.name': tag },
-      }],
-    }));
+    writeFileSync(
+      join(work, 'oci/index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        manifests: [
+          {
+            mediaType: 'application/vnd.oci.image.manifest.v1+json',
+            ...manifest,
+            platform: { architecture: 'amd64', os: 'linux' },
+            annotations: { 'io.containerd.image.name': ref, 'org.opencontainers.image.ref.name': tag },
+          },
+        ],
+      }),
+    );
     writeFileSync(join(work, 'oci/oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-    await runCommand([...REPRODUCIBLE_TAR, '-C', join(work, 'oci'), '-cf', tarPath, 'oci-layout', 'index.json', 'blobs'], { timeoutMs: 300_000 });
+    await runCommand([...REPRODUCIBLE_TAR, '-C', join(work, 'oci'), '-cf', tarPath, 'oci-layout', 'index.json', 'blobs'], {
+      timeoutMs: 300_000,
+    });
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

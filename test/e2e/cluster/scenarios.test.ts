@@ -98,9 +98,19 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     assert.ok(pods.items.every(running), 'every istio-cni-node pod is Ready');
     for (const node of cluster.nodes) {
       const binDir = join(node.layout.dir, 'cni/bin');
-      assert.deepEqual(readFileSync(join(binDir, 'istio-cni')).subarray(0, 4), Buffer.from([0x7f, 0x45, 0x4c, 0x46]), `${node.layout.name}: istio-cni is an executable`);
-      const conflist = JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] };
-      assert.deepEqual(conflist.plugins.map((p) => p.type), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: chained after the primary plugins`);
+      assert.deepEqual(
+        readFileSync(join(binDir, 'istio-cni')).subarray(0, 4),
+        Buffer.from([0x7f, 0x45, 0x4c, 0x46]),
+        `${node.layout.name}: istio-cni is an executable`,
+      );
+      const conflist = JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as {
+        plugins: { type: string }[];
+      };
+      assert.deepEqual(
+        conflist.plugins.map((p) => p.type),
+        ['bridge', 'portmap', 'istio-cni'],
+        `${node.layout.name}: chained after the primary plugins`,
+      );
     }
   });
 
@@ -108,12 +118,17 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     const [node1, node2] = cluster.nodes.map((n) => n.layout.name);
     assert.ok(node1 !== undefined && node2 !== undefined);
     await createPod('plain-server', node1, [container('app', serve(8080, 'plain-8080'))]);
-    await createPod('sidecar', node1, [
-      container('app', serve(8080, 'app-8080')),
-      // The proxy's uid is exempt from capture; it names the port a captured connection arrived on.
-      container('istio-proxy', `${serve(15001, 'proxy-15001')} & ${serve(15006, 'proxy-15006')} & wait`, 1337),
-      container('outbound', probe(NOWHERE, 80)),
-    ], { 'sidecar.istio.io/status': SIDECAR_STATUS });
+    await createPod(
+      'sidecar',
+      node1,
+      [
+        container('app', serve(8080, 'app-8080')),
+        // The proxy's uid is exempt from capture; it names the port a captured connection arrived on.
+        container('istio-proxy', `${serve(15001, 'proxy-15001')} & ${serve(15006, 'proxy-15006')} & wait`, 1337),
+        container('outbound', probe(NOWHERE, 80)),
+      ],
+      { 'sidecar.istio.io/status': SIDECAR_STATUS },
+    );
     const plain = await waitPod('plain-server', running);
     const sidecar = await waitPod('sidecar', running);
     assert.equal(await answer('sidecar', 'outbound'), 'proxy-15001');

@@ -20,8 +20,10 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
   for (const runtime of state.runtimes) {
     if (!existsSync(runtime.socket) || !existsSync(crictl)) continue;
     const endpoint = `unix://${runtime.socket}`;
-    const result = await runCommand([crictl, '--runtime-endpoint', endpoint, '--image-endpoint', endpoint, '--timeout', '60s', 'rmp', '--all', '--force'],
-      { allowFailure: true, timeoutMs: 180_000 });
+    const result = await runCommand(
+      [crictl, '--runtime-endpoint', endpoint, '--image-endpoint', endpoint, '--timeout', '60s', 'rmp', '--all', '--force'],
+      { allowFailure: true, timeoutMs: 180_000 },
+    );
     if (result.exitCode !== 0) problems.push(`crictl rmp --all on ${runtime.socket}: ${result.stderr.trim()}`);
   }
   for (const p of processes.filter((p) => p.stopOrder > 0)) {
@@ -72,7 +74,9 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
 }
 
 function cgroupDirs(): string[] {
-  return readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join('/sys/fs/cgroup', e.name));
+  return readdirSync('/sys/fs/cgroup', { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => join('/sys/fs/cgroup', e.name));
 }
 
 function cgroupProcesses(dir: string): number[] {

@@ -36,7 +36,9 @@ try {
   console.log(`  export KUBECONFIG=${KUBECONFIG_FILE}`);
   console.log('  kubectl get nodes,pods -A -o wide\n');
   for (const e of examples) console.log(`  ${e.command}\n    # ${e.look}\n`);
-  console.log(`Logs: ${relative(REPO_ROOT, CLUSTER_DIR)}/control-plane/*.log, ${relative(REPO_ROOT, CLUSTER_DIR)}/node-*/logs/*.log. Remove everything with \`make down\`.`);
+  console.log(
+    `Logs: ${relative(REPO_ROOT, CLUSTER_DIR)}/control-plane/*.log, ${relative(REPO_ROOT, CLUSTER_DIR)}/node-*/logs/*.log. Remove everything with \`make down\`.`,
+  );
 } catch (error) {
   console.error(`\nmake up failed after ${elapsed()}: ${error instanceof Error ? error.message : String(error)}`);
   console.error('Whatever was created is recorded in .cluster/state.json (if it exists); `make down` removes it.');

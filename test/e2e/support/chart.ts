@@ -29,7 +29,12 @@ export async function renderChart(
   for (const s of options.set ?? []) argv.push('--set', s);
   if (options.kubeVersion !== undefined) argv.push('--kube-version', options.kubeVersion);
   // helm wants somewhere to keep its (unused) repository config; keep it out of $HOME.
-  const env = { ...process.env, HELM_CACHE_HOME: '/tmp/istio-cni-e2e-helm/cache', HELM_CONFIG_HOME: '/tmp/istio-cni-e2e-helm/config', HELM_DATA_HOME: '/tmp/istio-cni-e2e-helm/data' };
+  const env = {
+    ...process.env,
+    HELM_CACHE_HOME: '/tmp/istio-cni-e2e-helm/cache',
+    HELM_CONFIG_HOME: '/tmp/istio-cni-e2e-helm/config',
+    HELM_DATA_HOME: '/tmp/istio-cni-e2e-helm/data',
+  };
   return (await runCommand(argv, { env })).stdout;
 }
 

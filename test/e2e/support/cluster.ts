@@ -75,24 +75,32 @@ async function startEtcd(dir: string, processes: ManagedProcess[]): Promise<stri
   const peerPort = await freePort();
   const clientUrl = `http://127.0.0.1:${clientPort}`;
   const peerUrl = `http://127.0.0.1:${peerPort}`;
-  const etcd = startManagedProcess('etcd', [
-    rigBinary('etcd'),
-    '--name=e2e',
-    `--data-dir=${join(dir, 'etcd')}`,
-    `--listen-client-urls=${clientUrl}`,
-    `--advertise-client-urls=${clientUrl}`,
-    `--listen-peer-urls=${peerUrl}`,
-    `--initial-advertise-peer-urls=${peerUrl}`,
-    `--initial-cluster=e2e=${peerUrl}`,
-    '--unsafe-no-fsync',
-    '--log-level=warn',
-  ], join(dir, 'etcd.log'));
+  const etcd = startManagedProcess(
+    'etcd',
+    [
+      rigBinary('etcd'),
+      '--name=e2e',
+      `--data-dir=${join(dir, 'etcd')}`,
+      `--listen-client-urls=${clientUrl}`,
+      `--advertise-client-urls=${clientUrl}`,
+      `--listen-peer-urls=${peerUrl}`,
+      `--initial-advertise-peer-urls=${peerUrl}`,
+      `--initial-cluster=e2e=${peerUrl}`,
+      '--unsafe-no-fsync',
+      '--log-level=warn',
+    ],
+    join(dir, 'etcd.log'),
+  );
   processes.push(etcd);
-  await waitFor('etcd /health', async () => {
-    const res = await fetch(`${clientUrl}/health`);
-    const body = (await res.json()) as { health?: string };
-    return body.health === 'true' ? true : undefined;
-  }, { process: etcd, timeoutMs: 30_000 });
+  await waitFor(
+    'etcd /health',
+    async () => {
+      const res = await fetch(`${clientUrl}/health`);
+      const body = (await res.json()) as { health?: string };
+      return body.health === 'true' ? true : undefined;
+    },
+    { process: etcd, timeoutMs: 30_000 },
+  );
   return clientUrl;
 }
 
@@ -110,25 +118,29 @@ async function startApiserver(
   const tokenFile = join(pkiDir, 'tokens.csv');
   writeFileSync(tokenFile, `${adminToken},e2e-admin,${randomUUID()},"system:masters"\n`, { mode: 0o600 });
   const port = await freePort();
-  const apiserver = startManagedProcess('kube-apiserver', [
-    rigBinary('kube-apiserver'),
-    `--etcd-servers=${etcdUrl}`,
-    '--bind-address=127.0.0.1',
-    '--advertise-address=127.0.0.1',
-    `--secure-port=${port}`,
-    `--cert-dir=${pkiDir}`,
-    `--tls-cert-file=${pki.servingCert}`,
-    `--tls-private-key-file=${pki.servingKey}`,
-    `--token-auth-file=${tokenFile}`,
-    '--authorization-mode=Node,RBAC',
-    `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
-    `--service-account-key-file=${pki.serviceAccountPublicKey}`,
-    `--service-account-signing-key-file=${pki.serviceAccountSigningKey}`,
-    '--service-cluster-ip-range=10.96.0.0/16',
-    '--allow-privileged=true',
-    '--profiling=false',
-    ...(options.apiserverFlags ?? []),
-  ], join(dir, 'kube-apiserver.log'));
+  const apiserver = startManagedProcess(
+    'kube-apiserver',
+    [
+      rigBinary('kube-apiserver'),
+      `--etcd-servers=${etcdUrl}`,
+      '--bind-address=127.0.0.1',
+      '--advertise-address=127.0.0.1',
+      `--secure-port=${port}`,
+      `--cert-dir=${pkiDir}`,
+      `--tls-cert-file=${pki.servingCert}`,
+      `--tls-private-key-file=${pki.servingKey}`,
+      `--token-auth-file=${tokenFile}`,
+      '--authorization-mode=Node,RBAC',
+      `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
+      `--service-account-key-file=${pki.serviceAccountPublicKey}`,
+      `--service-account-signing-key-file=${pki.serviceAccountSigningKey}`,
+      '--service-cluster-ip-range=10.96.0.0/16',
+      '--allow-privileged=true',
+      '--profiling=false',
+      ...(options.apiserverFlags ?? []),
+    ],
+    join(dir, 'kube-apiserver.log'),
+  );
   processes.push(apiserver);
   const server = `https://127.0.0.1:${port}`;
   const caPem = readFileSync(pki.caCert, 'utf8');
@@ -187,11 +199,11 @@ async function startApiserver(
       if (tokenOptions.boundPod !== undefined) {
         spec.boundObjectRef = { apiVersion: 'v1', kind: 'Pod', ...tokenOptions.boundPod };
       }
-      const res = await api.must<{ status: ServiceAccountToken }>(
-        'POST',
-        `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
-        { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec },
-      );
+      const res = await api.must<{ status: ServiceAccountToken }>('POST', `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenRequest',
+        spec,
+      });
       return res.status;
     },
     writeKubeconfig,

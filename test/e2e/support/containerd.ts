@@ -129,10 +129,14 @@ export async function startContainerd(): Promise<Containerd> {
     process: proc,
     crictl,
     async waitNetworkReady(timeoutMs = 30_000) {
-      await waitFor('CRI NetworkReady', async () => {
-        const info = JSON.parse(await crictl(['info'])) as { status?: { conditions?: { type: string; status: boolean }[] } };
-        return info.status?.conditions?.some((c) => c.type === 'NetworkReady' && c.status) === true ? true : undefined;
-      }, { process: proc, timeoutMs });
+      await waitFor(
+        'CRI NetworkReady',
+        async () => {
+          const info = JSON.parse(await crictl(['info'])) as { status?: { conditions?: { type: string; status: boolean }[] } };
+          return info.status?.conditions?.some((c) => c.type === 'NetworkReady' && c.status) === true ? true : undefined;
+        },
+        { process: proc, timeoutMs },
+      );
     },
     async runPodSandbox(config) {
       const file = join(sandboxDir, `sandbox-${++sandboxCount}.json`);

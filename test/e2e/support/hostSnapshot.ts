@@ -24,8 +24,18 @@ const RULE_DUMPS: Record<string, readonly string[]> = {
 const CNI_STATE_DIRS = ['/var/lib/cni/results', '/var/lib/cni/networks'];
 
 const WATCHED_COMMANDS = new Set([
-  'etcd', 'kube-apiserver', 'containerd', 'containerd-shim', 'containerd-shim-runc-v2', 'runc', 'pause',
-  'install-cni', 'istio-cni', 'crictl', 'cnitool', 'helm',
+  'etcd',
+  'kube-apiserver',
+  'containerd',
+  'containerd-shim',
+  'containerd-shim-runc-v2',
+  'runc',
+  'pause',
+  'install-cni',
+  'istio-cni',
+  'crictl',
+  'cnitool',
+  'helm',
 ]);
 
 async function dump(argv: readonly string[]): Promise<string[]> {

@@ -16,7 +16,11 @@ export interface ImageRuntime {
    * capabilities. `files` appear read-only under /input: ctr's stdin forwarding can lose the end of
    * input and leave a reader blocked, so tools read files instead.
    */
-  run(image: string, argv: readonly string[], options?: { env?: Record<string, string>; files?: Record<string, string>; allowFailure?: boolean }): Promise<RunResult>;
+  run(
+    image: string,
+    argv: readonly string[],
+    options?: { env?: Record<string, string>; files?: Record<string, string>; allowFailure?: boolean },
+  ): Promise<RunResult>;
   stop(): Promise<void>;
 }
 
@@ -63,7 +67,10 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
         mounts.push('--mount', `type=bind,src=${input},dst=/input,options=rbind:ro`);
       }
       // ctr forwards its own timeout's SIGTERM to the container's PID 1, which ignores it: kill the task.
-      const killer = setTimeout(() => void ctr(['task', 'kill', '--signal', 'SIGKILL', id], { allowFailure: true }).catch(() => {}), 60_000);
+      const killer = setTimeout(
+        () => void ctr(['task', 'kill', '--signal', 'SIGKILL', id], { allowFailure: true }).catch(() => {}),
+        60_000,
+      );
       try {
         return await ctr(['run', '--rm', ...caps, ...env, ...mounts, image, id, ...argv], { allowFailure: options.allowFailure ?? false });
       } finally {
@@ -77,10 +84,14 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
     },
   };
   try {
-    await waitFor('containerd', async () => ((await ctr(['version'], { allowFailure: true })).stdout.includes('Server:') ? true : undefined), {
-      process: proc,
-      timeoutMs: 30_000,
-    });
+    await waitFor(
+      'containerd',
+      async () => ((await ctr(['version'], { allowFailure: true })).stdout.includes('Server:') ? true : undefined),
+      {
+        process: proc,
+        timeoutMs: 30_000,
+      },
+    );
   } catch (error) {
     await runtime.stop();
     throw error;

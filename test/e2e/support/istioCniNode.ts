@@ -159,7 +159,10 @@ export async function createIstioCniNode(options: IstioCniNodeOptions): Promise<
       if (daemon !== undefined) throw new Error('install-cni is already running');
       const proc = startManagedProcess('install-cni', [join(DIST, 'install-cni'), ...args], join(dir, 'install-cni.log'), env);
       daemon = proc;
-      await waitFor('install-cni /readyz 200', async () => ((await readyz()) === 200 ? true : undefined), { process: proc, timeoutMs: 60_000 });
+      await waitFor('install-cni /readyz 200', async () => ((await readyz()) === 200 ? true : undefined), {
+        process: proc,
+        timeoutMs: 60_000,
+      });
     },
     readyz,
     writeToken,

@@ -31,20 +31,55 @@ export async function makeClusterPki(dir: string, options: ClusterPkiOptions = {
     serviceAccountPublicKey: join(dir, 'sa.pub'),
     serviceAccountSigningKey: join(dir, 'sa.key'),
   };
-  await runCommand(['openssl', 'req', '-x509', ...EC_KEY, '-keyout', pki.caKey, '-out', pki.caCert, '-days', String(options.days ?? 2),
-    '-subj', '/CN=e2e-cluster-ca', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
+  await runCommand([
+    'openssl',
+    'req',
+    '-x509',
+    ...EC_KEY,
+    '-keyout',
+    pki.caKey,
+    '-out',
+    pki.caCert,
+    '-days',
+    String(options.days ?? 2),
+    '-subj',
+    '/CN=e2e-cluster-ca',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign',
+  ]);
   const csr = join(dir, 'apiserver.csr');
   const ext = join(dir, 'apiserver.ext');
   await runCommand(['openssl', 'req', '-new', ...EC_KEY, '-keyout', pki.servingKey, '-out', csr, '-subj', '/CN=kube-apiserver']);
-  writeFileSync(ext, [
-    'basicConstraints=critical,CA:FALSE',
-    'keyUsage=critical,digitalSignature,keyEncipherment',
-    'extendedKeyUsage=serverAuth',
-    `subjectAltName=${['127.0.0.1', ...(options.serverIps ?? [])].map((ip) => `IP:${ip}`).join(',')},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local`,
-    '',
-  ].join('\n'));
-  await runCommand(['openssl', 'x509', '-req', '-in', csr, '-CA', pki.caCert, '-CAkey', pki.caKey, '-CAcreateserial',
-    '-days', String(options.days ?? 2), '-extfile', ext, '-out', pki.servingCert]);
+  writeFileSync(
+    ext,
+    [
+      'basicConstraints=critical,CA:FALSE',
+      'keyUsage=critical,digitalSignature,keyEncipherment',
+      'extendedKeyUsage=serverAuth',
+      `subjectAltName=${['127.0.0.1', ...(options.serverIps ?? [])].map((ip) => `IP:${ip}`).join(',')},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local`,
+      '',
+    ].join('\n'),
+  );
+  await runCommand([
+    'openssl',
+    'x509',
+    '-req',
+    '-in',
+    csr,
+    '-CA',
+    pki.caCert,
+    '-CAkey',
+    pki.caKey,
+    '-CAcreateserial',
+    '-days',
+    String(options.days ?? 2),
+    '-extfile',
+    ext,
+    '-out',
+    pki.servingCert,
+  ]);
   const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   writeFileSync(pki.serviceAccountPublicKey, publicKey.export({ type: 'spki', format: 'pem' }));
   writeFileSync(pki.serviceAccountSigningKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
@@ -63,8 +98,29 @@ export async function makeClientCertificate(
   const csr = join(dir, `${name}.csr`);
   const ext = join(dir, `${name}.ext`);
   await runCommand(['openssl', 'req', '-new', ...EC_KEY, '-keyout', key, '-out', csr, '-subj', `/O=${subject.group}/CN=${subject.user}`]);
-  writeFileSync(ext, ['basicConstraints=critical,CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment', 'extendedKeyUsage=clientAuth', ''].join('\n'));
-  await runCommand(['openssl', 'x509', '-req', '-in', csr, '-CA', pki.caCert, '-CAkey', pki.caKey, '-CAcreateserial',
-    '-days', String(subject.days ?? 2), '-extfile', ext, '-out', cert]);
+  writeFileSync(
+    ext,
+    ['basicConstraints=critical,CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment', 'extendedKeyUsage=clientAuth', ''].join(
+      '\n',
+    ),
+  );
+  await runCommand([
+    'openssl',
+    'x509',
+    '-req',
+    '-in',
+    csr,
+    '-CA',
+    pki.caCert,
+    '-CAkey',
+    pki.caKey,
+    '-CAcreateserial',
+    '-days',
+    String(subject.days ?? 2),
+    '-extfile',
+    ext,
+    '-out',
+    cert,
+  ]);
   return [cert, key];
 }

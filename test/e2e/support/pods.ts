@@ -151,7 +151,8 @@ export async function probeTraffic(pod: StartedPod, options: { inboundFrom?: str
       return r.value;
     };
     if ((await next()) !== 'ready') throw new Error('traffic probe did not start');
-    const inbound = options.inboundFrom === undefined ? await connectOnce(pod.ip, 8080) : await connectFromNetns(options.inboundFrom, pod.ip, 8080);
+    const inbound =
+      options.inboundFrom === undefined ? await connectOnce(pod.ip, 8080) : await connectFromNetns(options.inboundFrom, pod.ip, 8080);
     const outbound = (await next()).replace(/^outbound /, '');
     return { outbound, inbound };
   } finally {
@@ -205,13 +206,21 @@ export async function reportPodStatus(
       },
     ];
   }
-  await cluster.api.must('PATCH', `/api/v1/namespaces/${pod.namespace}/pods/${pod.name}/status`, { status }, {
-    contentType: 'application/merge-patch+json',
-  });
+  await cluster.api.must(
+    'PATCH',
+    `/api/v1/namespaces/${pod.namespace}/pods/${pod.name}/status`,
+    { status },
+    {
+      contentType: 'application/merge-patch+json',
+    },
+  );
 }
 
 /** The pod's annotations as the real API serves them. */
 export async function podAnnotations(cluster: Cluster, namespace: string, name: string): Promise<Record<string, string>> {
-  const pod = await cluster.api.must<{ metadata: { annotations?: Record<string, string> } }>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
+  const pod = await cluster.api.must<{ metadata: { annotations?: Record<string, string> } }>(
+    'GET',
+    `/api/v1/namespaces/${namespace}/pods/${name}`,
+  );
   return pod.metadata.annotations ?? {};
 }

@@ -67,7 +67,10 @@ export async function removePrimaryNetworkLeftovers(network: PrimaryNetwork, kee
   for (const iptables of ['iptables', 'ip6tables']) {
     const { stdout, exitCode } = await runCommand([iptables, '-w', '-t', 'nat', '-S'], { allowFailure: true });
     if (exitCode !== 0) continue;
-    const rules = stdout.split('\n').map(splitIptablesLine).filter((argv) => argv.length > 0);
+    const rules = stdout
+      .split('\n')
+      .map(splitIptablesLine)
+      .filter((argv) => argv.length > 0);
     const chains = rules
       .filter((argv) => argv[0] === '-N' && PORTMAP_CHAIN.test(argv[1] ?? '') && !keepChains.has(argv[1] ?? ''))
       .map((argv) => argv[1] ?? '');

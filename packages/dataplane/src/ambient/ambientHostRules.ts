@@ -60,7 +60,10 @@ export async function deleteAmbientHostRules(deps: AmbientRulesDeps, options: Am
   }
   const backend = options.backend.iptables;
   const plan = ambientHostIptablesDeletePlan(options.config);
-  for (const [family, commands] of [['ipv4', plan.v4], ['ipv6', plan.v6]] as const) {
+  for (const [family, commands] of [
+    ['ipv4', plan.v4],
+    ['ipv6', plan.v6],
+  ] as const) {
     for (const args of commands) {
       // Each step is optional (a clean node has none of them).
       await host.runner.run([backend.binaries[family].iptables, '-w', ...args], { netns: host.netns }).catch(() => {});
@@ -101,13 +104,21 @@ function hostDocuments(config: AmbientConfig): IptablesDocuments {
 
 function nftHostScript(options: AmbientHostRulesOptions): string {
   if (options.kubeletUid === undefined) {
-    throw new AmbientDataplaneError('ERR_AMBIENT_HOST_RULES', 'failed to build nft host rules: the kubelet UID is required (findKubeletUid)');
+    throw new AmbientDataplaneError(
+      'ERR_AMBIENT_HOST_RULES',
+      'failed to build nft host rules: the kubelet UID is required (findKubeletUid)',
+    );
   }
-  return ambientProbeSetsCreateScript(options.config) + renderAmbientHostNftTransaction(buildAmbientHostNftRules(options.config, options.kubeletUid));
+  return (
+    ambientProbeSetsCreateScript(options.config) +
+    renderAmbientHostNftTransaction(buildAmbientHostNftRules(options.config, options.kubeletUid))
+  );
 }
 
 function failed(what: 'create' | 'delete', err: unknown): never {
-  throw new AmbientDataplaneError('ERR_AMBIENT_HOST_RULES', `failed to ${what} host probe rules: ${(err as Error).message}`, { cause: err });
+  throw new AmbientDataplaneError('ERR_AMBIENT_HOST_RULES', `failed to ${what} host probe rules: ${(err as Error).message}`, {
+    cause: err,
+  });
 }
 
 /** Marks commands meant for the host; never a real path, so scratch and pod calls pass untouched. */
@@ -119,7 +130,10 @@ const currentNetns = '/proc/self/ns/net';
  * no host path configured the command runs in place. The scratch netns used for canonical
  * listings gets the probe ipsets, without which `-m set --match-set` cannot be restored.
  */
-function hostContext(deps: AmbientRulesDeps, options: AmbientHostRulesOptions): { runner: CommandRunner; netns: string; openScratchNetns: OpenScratchNetns } {
+function hostContext(
+  deps: AmbientRulesDeps,
+  options: AmbientHostRulesOptions,
+): { runner: CommandRunner; netns: string; openScratchNetns: OpenScratchNetns } {
   const netns = options.hostNetns ?? currentNetns;
   const runner: CommandRunner = {
     run(argv, runOptions: RunOptions = {}) {
@@ -139,9 +153,12 @@ function hostContext(deps: AmbientRulesDeps, options: AmbientHostRulesOptions): 
     const scratch = await deps.openScratchNetns();
     try {
       for (const family of families) {
-        await deps.runner.run([ipset, 'create', ambientProbeSetName(family), 'hash:ip', 'comment', 'family', family === 4 ? 'inet' : 'inet6', '-exist'], {
-          netns: scratch.path,
-        });
+        await deps.runner.run(
+          [ipset, 'create', ambientProbeSetName(family), 'hash:ip', 'comment', 'family', family === 4 ? 'inet' : 'inet6', '-exist'],
+          {
+            netns: scratch.path,
+          },
+        );
       }
     } catch (err) {
       await scratch.close();

@@ -13,7 +13,13 @@ import {
   renderAmbientPodNftTransaction,
   renderIptablesRestore,
 } from '@istio-cni/capture';
-import { type ApplyOutcome, applyIptablesRules, type IptablesDocuments, verifyIptablesRules, xtablesRunOptions } from '../applyIptablesRules.ts';
+import {
+  type ApplyOutcome,
+  applyIptablesRules,
+  type IptablesDocuments,
+  verifyIptablesRules,
+  xtablesRunOptions,
+} from '../applyIptablesRules.ts';
 import { applyNftRules, verifyNftRules } from '../applyNftRules.ts';
 import type { CommandRunner } from '../commandRunner.ts';
 import type { IptablesFamily, IptablesBackend } from '../detectIptablesBackend.ts';
@@ -50,7 +56,11 @@ export type AmbientPodRulePlan = { backend: 'iptables'; documents: IptablesDocum
 const ambientNftTablePrefix = 'istio-ambient-';
 
 /** The in-pod rules for one pod, rendered for the backend (pure). */
-export function planAmbientPodRules(config: AmbientConfig, backend: AmbientRuleBackend, overrides = DEFAULT_AMBIENT_POD_OVERRIDES): AmbientPodRulePlan {
+export function planAmbientPodRules(
+  config: AmbientConfig,
+  backend: AmbientRuleBackend,
+  overrides = DEFAULT_AMBIENT_POD_OVERRIDES,
+): AmbientPodRulePlan {
   if (backend.kind === 'nft') return { backend: 'nft', script: renderAmbientPodNftTransaction(buildAmbientPodNftRules(config, overrides)) };
   const rules = buildAmbientPodIptablesRules(config, overrides);
   const documents: IptablesDocuments = { ipv4: renderIptablesRestore(rules.v4) };
@@ -71,14 +81,22 @@ export interface AmbientPodRulesResult {
  * state check (`reconcile` = `AMBIENT_RECONCILE_POD_RULES_ON_STARTUP`): absent → applied,
  * identical → untouched, different → `ERR_DATAPLANE_STATE_CONFLICT` unless `reconcile`.
  */
-export async function applyAmbientPodRules(deps: AmbientRulesDeps, options: AmbientPodRulesOptions & { reconcile?: boolean }): Promise<AmbientPodRulesResult> {
+export async function applyAmbientPodRules(
+  deps: AmbientRulesDeps,
+  options: AmbientPodRulesOptions & { reconcile?: boolean },
+): Promise<AmbientPodRulesResult> {
   return withNetnsPath(options.netns, async (netns) => {
     const routes = await podRoutes(deps, netns, options.config);
     await addRoutes(deps, netns, routes);
     const plan = planAmbientPodRules(options.config, options.backend, options.overrides);
     const reconcile = options.reconcile === true;
     if (plan.backend === 'nft') {
-      const outcome = await applyNftRules(nftDeps(deps), { netns, script: plan.script, ownedTablePrefix: ambientNftTablePrefix, reconcile });
+      const outcome = await applyNftRules(nftDeps(deps), {
+        netns,
+        script: plan.script,
+        ownedTablePrefix: ambientNftTablePrefix,
+        reconcile,
+      });
       return { outcome };
     }
     const backend = (options.backend as { iptables: IptablesBackend }).iptables;
@@ -130,7 +148,10 @@ export async function deleteAmbientPodRules(deps: AmbientRulesDeps, options: Omi
     } else {
       const backend = options.backend.iptables;
       const plan = ambientPodIptablesDeletePlan(options.config);
-      for (const [family, commands] of [['ipv4', plan.v4], ['ipv6', plan.v6]] as const) {
+      for (const [family, commands] of [
+        ['ipv4', plan.v4],
+        ['ipv6', plan.v6],
+      ] as const) {
         for (const args of commands) {
           await deps.runner.run([backend.binaries[family].iptables, ...args], xtablesRunOptions(backend, netns)).catch(() => {});
         }
@@ -144,11 +165,15 @@ export async function deleteAmbientPodRules(deps: AmbientRulesDeps, options: Omi
     }
     for (const route of routes.routes) {
       await deps.runner.run(withIp(deps, ipRouteArgs(route, 'del')), { netns }).catch((err: unknown) => {
-        if (!/No such process|No such file or directory/.test(String((err as { stderr?: unknown }).stderr ?? ''))) errors.push((err as Error).message);
+        if (!/No such process|No such file or directory/.test(String((err as { stderr?: unknown }).stderr ?? '')))
+          errors.push((err as Error).message);
       });
     }
     if (errors.length > 0) {
-      throw new AmbientDataplaneError('ERR_AMBIENT_POD_RULES', `failed to delete in-pod rules in netns ${JSON.stringify(netns)}: ${errors.join('; ')}`);
+      throw new AmbientDataplaneError(
+        'ERR_AMBIENT_POD_RULES',
+        `failed to delete in-pod rules in netns ${JSON.stringify(netns)}: ${errors.join('; ')}`,
+      );
     }
   });
 }

@@ -16,5 +16,8 @@ export async function findKubeletUid(procFs: ProcFs): Promise<number> {
     return uid === undefined ? undefined : Number(uid);
   };
   for await (const { found } of scanProcesses(procFs, kubeletUid)) return found;
-  throw new AmbientDataplaneError('ERR_AMBIENT_KUBELET_UID', 'failed to find the kubelet process (comm "kubelet", "kubelite" or "k3s") in procfs');
+  throw new AmbientDataplaneError(
+    'ERR_AMBIENT_KUBELET_UID',
+    'failed to find the kubelet process (comm "kubelet", "kubelite" or "k3s") in procfs',
+  );
 }

@@ -40,4 +40,9 @@ export { createIpsetProbeSets, type IpsetProbeSetsOptions, parseIpsetSave } from
 export { createNftProbeSets, type NftProbeSetsOptions, parseNftSetJson } from './nftProbeSets.ts';
 export { syncProbeSets, type SyncProbeSetsResult } from './syncProbeSets.ts';
 export { findKubeletUid } from './findKubeletUid.ts';
-export { type AmbientHostRulesOptions, createAmbientHostRules, deleteAmbientHostRules, verifyAmbientHostRules } from './ambientHostRules.ts';
+export {
+  type AmbientHostRulesOptions,
+  createAmbientHostRules,
+  deleteAmbientHostRules,
+  verifyAmbientHostRules,
+} from './ambientHostRules.ts';

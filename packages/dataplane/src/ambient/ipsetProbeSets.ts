@@ -40,13 +40,17 @@ export function createIpsetProbeSets(options: IpsetProbeSetsOptions): ProbeSetMa
     async flush() {
       for (const family of families) {
         const set = ambientProbeSetName(family);
-        await run(['flush', set]).catch(ignoreMissing).catch((err) => fail(`flush ipset ${set}`, err));
+        await run(['flush', set])
+          .catch(ignoreMissing)
+          .catch((err) => fail(`flush ipset ${set}`, err));
       }
     },
     async destroy() {
       for (const family of [4, 6] as const) {
         const set = ambientProbeSetName(family);
-        await run(['destroy', set]).catch(ignoreMissing).catch((err) => fail(`destroy ipset ${set}`, err));
+        await run(['destroy', set])
+          .catch(ignoreMissing)
+          .catch((err) => fail(`destroy ipset ${set}`, err));
       }
     },
     async list() {

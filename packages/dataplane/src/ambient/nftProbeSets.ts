@@ -44,9 +44,13 @@ export function createNftProbeSets(options: NftProbeSetsOptions): ProbeSetManage
       const entries: ProbeSetEntry[] = [];
       for (const family of families) {
         const set = ambientProbeSetName(family);
-        const { stdout } = await options.runner.run([nft, '-j', 'list', 'set', 'inet', hostTable, set], runOptions).catch((err: unknown) => {
-          throw new AmbientDataplaneError('ERR_AMBIENT_PROBE_SET', `failed to list nft set ${set}: ${(err as Error).message}`, { cause: err });
-        });
+        const { stdout } = await options.runner
+          .run([nft, '-j', 'list', 'set', 'inet', hostTable, set], runOptions)
+          .catch((err: unknown) => {
+            throw new AmbientDataplaneError('ERR_AMBIENT_PROBE_SET', `failed to list nft set ${set}: ${(err as Error).message}`, {
+              cause: err,
+            });
+          });
         entries.push(...parseNftSetJson(stdout, family));
       }
       return entries;

@@ -25,7 +25,10 @@ export function parseProcCgroup(text: string): Cgroup[] {
     const first = line.indexOf(':');
     const second = first < 0 ? -1 : line.indexOf(':', first + 1);
     if (second < 0) {
-      throw new AmbientDataplaneError('ERR_AMBIENT_PROC_ENTRY', `invalid cgroup entry ${JSON.stringify(line)}: expected "hierarchy:controllers:path"`);
+      throw new AmbientDataplaneError(
+        'ERR_AMBIENT_PROC_ENTRY',
+        `invalid cgroup entry ${JSON.stringify(line)}: expected "hierarchy:controllers:path"`,
+      );
     }
     return { hierarchyId: line.slice(0, first), controllers: line.slice(first + 1, second), path: line.slice(second + 1) };
   });
@@ -109,9 +112,13 @@ export function podIdentityFromCgroups(cgroups: readonly Cgroup[]): CgroupPodIde
 export function parseProcStarttime(stat: string): number {
   const paren = stat.lastIndexOf(')');
   if (paren < 0) throw new AmbientDataplaneError('ERR_AMBIENT_PROC_ENTRY', `invalid stat format ${JSON.stringify(stat.slice(0, 80))}`);
-  const fields = stat.slice(paren + 1).trim().split(/\s+/);
+  const fields = stat
+    .slice(paren + 1)
+    .trim()
+    .split(/\s+/);
   const value = fields[19];
-  if (value === undefined) throw new AmbientDataplaneError('ERR_AMBIENT_PROC_ENTRY', `not enough fields in stat ${JSON.stringify(stat.slice(0, 80))}`);
+  if (value === undefined)
+    throw new AmbientDataplaneError('ERR_AMBIENT_PROC_ENTRY', `not enough fields in stat ${JSON.stringify(stat.slice(0, 80))}`);
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
     throw new AmbientDataplaneError('ERR_AMBIENT_PROC_ENTRY', `invalid starttime ${JSON.stringify(value)} in stat`);
   }

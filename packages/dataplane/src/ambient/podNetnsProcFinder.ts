@@ -52,7 +52,11 @@ export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOption
   const log: ScanLog = options.log ?? (() => {});
   const host = await hostNetnsIdentity(procFs, log, options.hostNetnsPath);
 
-  async function processEntry(pid: string, observed: Set<number>, pods: ReadonlyMap<string, AmbientPod>): Promise<FoundPodNetns | undefined> {
+  async function processEntry(
+    pid: string,
+    observed: Set<number>,
+    pods: ReadonlyMap<string, AmbientPod>,
+  ): Promise<FoundPodNetns | undefined> {
     const netnsPath = `${pid}/ns/net`;
     const netnsStat = await procFs.stat(netnsPath);
     // Read before the host check, as upstream does: several processes of one pod may sit in
@@ -74,7 +78,10 @@ export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOption
     if (pod === undefined) return undefined;
     if (pod.ips.length === 0) {
       // Nothing to verify ownership against; CNI ADD or a later scan will enrol it.
-      log('debug', `pid ${pid}: pod ${pod.namespace}/${pod.name} has no IPs yet; cannot verify netns ownership, not enrolling on this scan`);
+      log(
+        'debug',
+        `pid ${pid}: pod ${pod.namespace}/${pod.name} has no IPs yet; cannot verify netns ownership, not enrolling on this scan`,
+      );
       return undefined;
     }
     const netns = await procFs.openNetns(netnsPath, { ownerStartTime });
@@ -87,7 +94,10 @@ export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOption
     try {
       owned = await checkOwnership(netns, pod.ips);
       if (!owned) {
-        log('warn', `pid ${pid}: netns does not contain any IP of pod ${pod.namespace}/${pod.name}; refusing the pairing, a foreign process may be transiting another pod's netns`);
+        log(
+          'warn',
+          `pid ${pid}: netns does not contain any IP of pod ${pod.namespace}/${pod.name}; refusing the pairing, a foreign process may be transiting another pod's netns`,
+        );
       }
     } catch (err) {
       log('warn', `pid ${pid}: could not verify netns ownership for pod ${pod.namespace}/${pod.name}: ${(err as Error).message}`);

@@ -76,5 +76,7 @@ function prebuiltPath(): string {
       // try the next base
     }
   }
-  throw new Error(`failed to find koffi native module: package ${pkg} is not resolvable from ${bases.join(', ')} and ISTIO_CNI_KOFFI_PATH is unset`);
+  throw new Error(
+    `failed to find koffi native module: package ${pkg} is not resolvable from ${bases.join(', ')} and ISTIO_CNI_KOFFI_PATH is unset`,
+  );
 }

@@ -38,7 +38,11 @@ function align8(n: number): number {
 }
 
 /** Builds msghdr + iovec (+ control) in one native block and runs `call` on it. */
-function withMessage<T>(dataLen: number, controlLen: number, call: (ptr: object, view: Buffer, offsets: { control: number; data: number }) => T): T {
+function withMessage<T>(
+  dataLen: number,
+  controlLen: number,
+  call: (ptr: object, view: Buffer, offsets: { control: number; data: number }) => T,
+): T {
   const { koffi } = libc();
   const control = MSGHDR_SIZE + IOVEC_SIZE;
   const data = control + align8(controlLen);
@@ -96,20 +100,24 @@ export function sendPacket(fd: number, data: Uint8Array, passFd?: number): numbe
 export function receivePacket(fd: number, maxBytes: number): ReceivedPacket | 'again' | 'eof' {
   const c = libc();
   for (;;) {
-    const out = withMessage(maxBytes, RECEIVE_CONTROL_SIZE, (ptr, view, off): { errno: number } | { rc: number; packet: ReceivedPacket } => {
-      const rc = c.recvmsg(fd, ptr, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-      if (rc < 0) return { errno: c.errno() };
-      const flags = view.readInt32LE(48);
-      const controlLen = Number(view.readBigUInt64LE(40));
-      const fds = parseRights(view, off.control, controlLen);
-      const packet: ReceivedPacket = {
-        data: Buffer.from(view.subarray(off.data, off.data + Math.min(rc, maxBytes))),
-        fds,
-        truncated: (flags & MSG_TRUNC) !== 0,
-        controlTruncated: (flags & MSG_CTRUNC) !== 0,
-      };
-      return { rc, packet };
-    });
+    const out = withMessage(
+      maxBytes,
+      RECEIVE_CONTROL_SIZE,
+      (ptr, view, off): { errno: number } | { rc: number; packet: ReceivedPacket } => {
+        const rc = c.recvmsg(fd, ptr, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (rc < 0) return { errno: c.errno() };
+        const flags = view.readInt32LE(48);
+        const controlLen = Number(view.readBigUInt64LE(40));
+        const fds = parseRights(view, off.control, controlLen);
+        const packet: ReceivedPacket = {
+          data: Buffer.from(view.subarray(off.data, off.data + Math.min(rc, maxBytes))),
+          fds,
+          truncated: (flags & MSG_TRUNC) !== 0,
+          controlTruncated: (flags & MSG_CTRUNC) !== 0,
+        };
+        return { rc, packet };
+      },
+    );
     if ('errno' in out) {
       if (out.errno === EINTR) continue;
       if (out.errno === EAGAIN) return 'again';

@@ -47,9 +47,15 @@ export class PolledFd {
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = { resolve, reject, timer: undefined };
       if (timeoutMs !== undefined) {
-        waiter.timer = setTimeout(() => {
-          this.#settle(kind, new SeqpacketError('ERR_SEQPACKET_TIMEOUT', `timed out after ${timeoutMs} ms waiting for ${this.#what} to become ${kind}`));
-        }, Math.max(0, timeoutMs));
+        waiter.timer = setTimeout(
+          () => {
+            this.#settle(
+              kind,
+              new SeqpacketError('ERR_SEQPACKET_TIMEOUT', `timed out after ${timeoutMs} ms waiting for ${this.#what} to become ${kind}`),
+            );
+          },
+          Math.max(0, timeoutMs),
+        );
       }
       if (signal !== undefined) {
         const onAbort = (): void => this.#settle(kind, abortedError(this.#what));

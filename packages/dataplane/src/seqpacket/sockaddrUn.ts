@@ -15,7 +15,10 @@ export function sockaddrUn(path: string): { addr: Buffer; len: number } {
   const name = Buffer.from(abstract ? path.slice(1) : path);
   const used = abstract ? 1 + name.length : name.length + 1;
   if (used > SUN_PATH_MAX) {
-    throw new SeqpacketError('ERR_SEQPACKET_INVALID_ARGUMENT', `unix socket path ${JSON.stringify(path)} is longer than ${SUN_PATH_MAX - 1} bytes`);
+    throw new SeqpacketError(
+      'ERR_SEQPACKET_INVALID_ARGUMENT',
+      `unix socket path ${JSON.stringify(path)} is longer than ${SUN_PATH_MAX - 1} bytes`,
+    );
   }
   const addr = Buffer.alloc(2 + SUN_PATH_MAX);
   addr.writeUInt16LE(AF_UNIX, 0);

@@ -116,7 +116,13 @@ export function createZtunnelServer(options: ZtunnelServerOptions): ZtunnelServe
       }
       const latest = connections.at(-1);
       if (latest === undefined) throw new ZdsError('ERR_ZDS_NO_CONNECTION', 'no ztunnel connection');
-      const fields = { uid, name: workload.name, namespace: workload.namespace, serviceAccount: workload.serviceAccount, conn_uuid: latest.uuid };
+      const fields = {
+        uid,
+        name: workload.name,
+        namespace: workload.namespace,
+        serviceAccount: workload.serviceAccount,
+        conn_uuid: latest.uuid,
+      };
       logger.info('sending pod add to ztunnel', fields);
       const response = await latest.send({ add: { uid, workload_info: toZdsWorkloadInfo(workload) } }, netnsFd, requestOptions.signal);
       const ackError = response.ack?.error ?? '';
@@ -133,9 +139,13 @@ export function createZtunnelServer(options: ZtunnelServerOptions): ZtunnelServe
       const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as Error] : []));
       if (failures.length === 0) return;
       const message = failures.map((e) => e.message).join('; ');
-      throw new ZdsError(failures.length === 1 && failures[0] instanceof ZdsError ? failures[0].code : 'ERR_ZDS_SEND_FAILED', `failed to delete pod ${uid} in ztunnel: ${message}`, {
-        cause: failures.length === 1 ? failures[0] : new AggregateError(failures),
-      });
+      throw new ZdsError(
+        failures.length === 1 && failures[0] instanceof ZdsError ? failures[0].code : 'ERR_ZDS_SEND_FAILED',
+        `failed to delete pod ${uid} in ztunnel: ${message}`,
+        {
+          cause: failures.length === 1 ? failures[0] : new AggregateError(failures),
+        },
+      );
     },
     connectionCount: () => connections.length,
     async close() {

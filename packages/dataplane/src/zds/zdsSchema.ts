@@ -16,7 +16,12 @@ function message(name: string, fields: [name: string, id: number, type: string][
 
 function oneofMessage(name: string, fields: [name: string, id: number, type: string][]): protobuf.Type {
   const type = message(name, fields);
-  type.add(new protobuf.OneOf('payload', fields.map(([fieldName]) => fieldName)));
+  type.add(
+    new protobuf.OneOf(
+      'payload',
+      fields.map(([fieldName]) => fieldName),
+    ),
+  );
   return type;
 }
 
@@ -32,7 +37,12 @@ function buildRoot(): protobuf.Root {
   ]);
   workloadInfo.reserved = [[4, 4], 'trust_domain'];
   ns.add(workloadInfo);
-  ns.add(message('AddWorkload', [['uid', 1, 'string'], ['workload_info', 2, 'WorkloadInfo']]));
+  ns.add(
+    message('AddWorkload', [
+      ['uid', 1, 'string'],
+      ['workload_info', 2, 'WorkloadInfo'],
+    ]),
+  );
   ns.add(message('KeepWorkload', [['uid', 1, 'string']]));
   ns.add(message('DelWorkload', [['uid', 2, 'string']]));
   ns.add(message('SnapshotSent', []));

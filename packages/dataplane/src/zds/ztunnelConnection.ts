@@ -85,7 +85,9 @@ export class ZtunnelConnection {
     const dup = fd === undefined ? undefined : duplicateFd(fd);
     return new Promise<WorkloadResponse>((resolve, reject) => {
       const pending: Pending = { request, fd: dup, settled: false, resolve, reject };
-      signal?.addEventListener('abort', () => settle(pending, new ZdsError('ERR_ZDS_ABORTED', 'request aborted before ztunnel answered')), { once: true });
+      signal?.addEventListener('abort', () => settle(pending, new ZdsError('ERR_ZDS_ABORTED', 'request aborted before ztunnel answered')), {
+        once: true,
+      });
       this.#queue.push(pending);
       this.#wake?.();
     });
@@ -126,7 +128,12 @@ export class ZtunnelConnection {
   }
 
   #reportEnd(err: Error): void {
-    if (err instanceof ZdsError && err.code === 'ERR_ZDS_CONNECTION_CLOSED' && err.cause instanceof SeqpacketError && err.cause.code === 'ERR_SEQPACKET_EOF') {
+    if (
+      err instanceof ZdsError &&
+      err.code === 'ERR_ZDS_CONNECTION_CLOSED' &&
+      err.cause instanceof SeqpacketError &&
+      err.cause.code === 'ERR_SEQPACKET_EOF'
+    ) {
       this.#log.info('ztunnel disconnected (EOF)');
       return;
     }
@@ -149,7 +156,11 @@ export class ZtunnelConnection {
 
   async #sendSnapshot(): Promise<void> {
     // Duplicate every fd in the same tick as the read: the cache may close its copies later.
-    const items = [...this.#opts.pods.readCurrentPodSnapshot()].map(([uid, entry]) => ({ uid, workload: entry.workload, fd: this.#dupForSnapshot(uid, entry.netnsFd) }));
+    const items = [...this.#opts.pods.readCurrentPodSnapshot()].map(([uid, entry]) => ({
+      uid,
+      workload: entry.workload,
+      fd: this.#dupForSnapshot(uid, entry.netnsFd),
+    }));
     try {
       for (const item of items) {
         const log = { uid: item.uid, ...item.workload };
@@ -157,7 +168,12 @@ export class ZtunnelConnection {
           item.fd === undefined
             ? { keep: { uid: item.uid } }
             : { add: item.workload === undefined ? { uid: item.uid } : { uid: item.uid, workload_info: toZdsWorkloadInfo(item.workload) } };
-        this.#log.info(item.fd === undefined ? "netns is not available for pod, sending 'keep' to ztunnel" : 'sending pod to ztunnel as part of snapshot', log);
+        this.#log.info(
+          item.fd === undefined
+            ? "netns is not available for pod, sending 'keep' to ztunnel"
+            : 'sending pod to ztunnel as part of snapshot',
+          log,
+        );
         const response = await this.#exchange(request, item.fd);
         if (item.fd !== undefined) closeFd(item.fd);
         item.fd = undefined;
@@ -232,7 +248,9 @@ export class ZtunnelConnection {
     try {
       response = decodeWorkloadResponse(packet);
     } catch (err) {
-      throw fatalError(new ZdsError('ERR_ZDS_PROTOCOL', `failed to decode ztunnel response to ${what}: ${(err as Error).message}`, { cause: err }));
+      throw fatalError(
+        new ZdsError('ERR_ZDS_PROTOCOL', `failed to decode ztunnel response to ${what}: ${(err as Error).message}`, { cause: err }),
+      );
     }
     if (response.ack === undefined) throw fatalError(new ZdsError('ERR_ZDS_PROTOCOL', `ztunnel response to ${what} carries no ack`));
     return response;
@@ -252,7 +270,8 @@ export class ZtunnelConnection {
     if (code === 'ERR_SEQPACKET_EOF' || code === 'ERR_SEQPACKET_CLOSED') {
       return fatalError(new ZdsError('ERR_ZDS_CONNECTION_CLOSED', `ztunnel connection closed while waiting for ${what}`, { cause: err }));
     }
-    if (code === 'ERR_SEQPACKET_TRUNCATED') return fatalError(new ZdsError('ERR_ZDS_PROTOCOL', `bad ztunnel ${what}: ${err.message}`, { cause: err }));
+    if (code === 'ERR_SEQPACKET_TRUNCATED')
+      return fatalError(new ZdsError('ERR_ZDS_PROTOCOL', `bad ztunnel ${what}: ${err.message}`, { cause: err }));
     return fatalError(new ZdsError('ERR_ZDS_CONNECTION_CLOSED', `failed to read ztunnel ${what}: ${err.message}`, { cause: err }));
   }
 }

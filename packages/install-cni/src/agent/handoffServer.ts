@@ -75,7 +75,12 @@ async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffSer
     return;
   }
   if (!isSupportedProtocol(request.protocol)) {
-    fail(res, 400, ErrorCode.IncompatibleVersion, `hand-off protocol ${request.protocol} not supported (agent speaks ${MIN_PROTOCOL}..${PROTOCOL})`);
+    fail(
+      res,
+      400,
+      ErrorCode.IncompatibleVersion,
+      `hand-off protocol ${request.protocol} not supported (agent speaks ${MIN_PROTOCOL}..${PROTOCOL})`,
+    );
     return;
   }
   try {

@@ -1,21 +1,9 @@
-import {
-  ambientEnabledFor,
-  namespaceSelectedForAmbient,
-  type EnablementSelector,
-  type Namespace,
-  type Pod,
-} from '@istio-cni/capture';
+import { ambientEnabledFor, namespaceSelectedForAmbient, type EnablementSelector, type Namespace, type Pod } from '@istio-cni/capture';
 import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { ClusterView } from '../kube/clusterView.ts';
-import {
-  NonRetryableError,
-  isTerminal,
-  podIps,
-  redirectionState,
-  type MeshDataplane,
-} from './meshDataplane.ts';
+import { NonRetryableError, isTerminal, podIps, redirectionState, type MeshDataplane } from './meshDataplane.ts';
 import { createWorkQueue, type WorkQueue, type WorkQueueOptions } from '../workQueue.ts';
 
 export interface AmbientPolicy {

@@ -16,13 +16,7 @@ import {
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
-import {
-  NonRetryableError,
-  REDIRECTION_ANNOTATION,
-  RetryableError,
-  podIps,
-  type MeshDataplane,
-} from './meshDataplane.ts';
+import { NonRetryableError, REDIRECTION_ANNOTATION, RetryableError, podIps, type MeshDataplane } from './meshDataplane.ts';
 
 export interface NodeMeshDataplaneDeps {
   rules: AmbientRulesDeps;
@@ -133,9 +127,9 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
         await netns.use(() => deps.ztunnel.podAdded(uid, workload, netns.fd));
       } catch (err) {
         // Rules are in place but ztunnel has not taken the pod: traffic is captured, not yet served.
-        await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'pending').catch((e: unknown) =>
-          log.warn('failed to annotate pod as pending', { error: errorMessage(e) }),
-        );
+        await deps.annotator
+          .annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'pending')
+          .catch((e: unknown) => log.warn('failed to annotate pod as pending', { error: errorMessage(e) }));
         throw new RetryableError(`ztunnel did not take the pod: ${errorMessage(err)}`);
       }
       try {

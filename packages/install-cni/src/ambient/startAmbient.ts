@@ -106,7 +106,10 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
   const hostNetns = o.switchToHostNetns ? (o.hostNetnsPath ?? `${o.hostProcDir}/1/ns/net`) : undefined;
   const backend: AmbientRuleBackend = o.nativeNftables
     ? { kind: 'nft' }
-    : { kind: 'iptables', iptables: await detectIptablesBackend(runner, o.forceIptablesBinary ? { forceBinary: o.forceIptablesBinary } : {}) };
+    : {
+        kind: 'iptables',
+        iptables: await detectIptablesBackend(runner, o.forceIptablesBinary ? { forceBinary: o.forceIptablesBinary } : {}),
+      };
   const rules: AmbientRulesDeps = { runner, openScratchNetns: createScratchNetnsOpener() };
   const procFs = createProcFs(o.hostProcDir);
   const sets = o.nativeNftables
@@ -128,7 +131,11 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     hostRoot: hostRootOf(o.hostProcDir),
     ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
   });
-  const connected = new Gauge({ name: 'ztunnel_connected', help: 'Number of ztunnels connected to the node agent.', registers: [o.registry] });
+  const connected = new Gauge({
+    name: 'ztunnel_connected',
+    help: 'Number of ztunnels connected to the node agent.',
+    registers: [o.registry],
+  });
   const reconcileEvents = new Counter({
     name: 'nodeagent_reconcile_events_total',
     help: 'Pod events processed by the ambient node agent.',
@@ -139,7 +146,9 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     path: o.ztunnelUdsAddress,
     pods: {
       readCurrentPodSnapshot: () =>
-        new Map(cache.snapshot().map((e) => [e.uid, { workload: e.workload, ...(e.netns && !e.netns.closed ? { netnsFd: e.netns.fd } : {}) }])),
+        new Map(
+          cache.snapshot().map((e) => [e.uid, { workload: e.workload, ...(e.netns && !e.netns.closed ? { netnsFd: e.netns.fd } : {}) }]),
+        ),
     },
     logger: log.with({ component: 'ztunnel-server' }),
     onConnectionCount: (n) => connected.set(n),
@@ -196,7 +205,10 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
         netnsGuard.check(hit.netns);
       } catch (err) {
         hit.netns.close();
-        log.error('refusing the network namespace found for an enrolled pod', { uid, error: err instanceof Error ? err.message : String(err) });
+        log.error('refusing the network namespace found for an enrolled pod', {
+          uid,
+          error: err instanceof Error ? err.message : String(err),
+        });
         continue;
       }
       const netns = cache.upsert(uid, workloadOf(snapshot.find((p) => p.metadata.uid === uid) as Pod), hit.netns);
@@ -226,7 +238,9 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       reconciler.stop();
       await ztunnel.close().catch(() => undefined);
       if (cleanup) {
-        await deleteAmbientHostRules(rules, hostRules).catch((err: unknown) => log.warn('failed to delete host rules', { error: String(err) }));
+        await deleteAmbientHostRules(rules, hostRules).catch((err: unknown) =>
+          log.warn('failed to delete host rules', { error: String(err) }),
+        );
         await sets.destroy().catch((err: unknown) => log.warn('failed to destroy probe sets', { error: String(err) }));
       }
       cache.closeAll();

@@ -37,6 +37,8 @@ export function checkRuntimeCommand(): Command {
       // operators; then V8's heap limit, which the chart sets through NODE_OPTIONS from the
       // container's memory limit.
       const heapMiB = Math.round(getHeapStatistics().heap_size_limit / 1048576);
-      process.stdout.write(`node ${process.version} ${process.execArgv.join(' ')}`.trimEnd() + `\nheap limit ${heapMiB} MiB\n` + (await checkRuntime()) + '\n');
+      process.stdout.write(
+        `node ${process.version} ${process.execArgv.join(' ')}`.trimEnd() + `\nheap limit ${heapMiB} MiB\n` + (await checkRuntime()) + '\n',
+      );
     });
 }

@@ -3,7 +3,12 @@ import { createExecCommandRunner, createScratchNetnsOpener } from '@istio-cni/da
 import type { CommandRunner, OpenScratchNetns } from '@istio-cni/dataplane';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { FLAG_SPECS, flagLabel, type FlagSpec } from './istioIptables/flagSpecs.ts';
-import { resolveIstioIptablesSettings, type Environment, type GivenFlag, type IstioIptablesSettings } from './istioIptables/resolveIstioIptablesSettings.ts';
+import {
+  resolveIstioIptablesSettings,
+  type Environment,
+  type GivenFlag,
+  type IstioIptablesSettings,
+} from './istioIptables/resolveIstioIptablesSettings.ts';
 import { runIstioIptables } from './istioIptables/runIstioIptables.ts';
 import { checkNetnsFile, lookupUidInPasswd, readBoundedTextFile } from './istioIptables/systemAccess.ts';
 import { UsageError } from './istioIptables/usageError.ts';
@@ -56,7 +61,8 @@ export function istioIptablesCommand(deps: IstioIptablesCommandDeps = {}): Comma
   cmd.action(async (_opts: unknown, command: Command) => {
     const write = command.configureOutput().writeOut ?? ((s: string) => process.stdout.write(s));
     const writeErr = command.configureOutput().writeErr ?? ((s: string) => process.stderr.write(s));
-    const usage = (err: UsageError): never => command.error(`error: ${err.message}`, { exitCode: USAGE_EXIT_CODE, code: 'istio-iptables.usage' });
+    const usage = (err: UsageError): never =>
+      command.error(`error: ${err.message}`, { exitCode: USAGE_EXIT_CODE, code: 'istio-iptables.usage' });
 
     const given = new Map<string, GivenFlag>();
     for (const { spec, long, attribute } of attributes.values()) {

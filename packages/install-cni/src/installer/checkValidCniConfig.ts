@@ -55,7 +55,8 @@ async function check(c: CniConfigSettings, state: CheckState, logger?: Logger): 
   if (first === undefined) return `no valid networks found in ${dir}`;
   if (c.owned) {
     if (first !== c.ownedFilename) {
-      if (valid.includes(c.ownedFilename)) logger?.warn('Istio-owned CNI config is not the highest priority', { first, owned: c.ownedFilename });
+      if (valid.includes(c.ownedFilename))
+        logger?.warn('Istio-owned CNI config is not the highest priority', { first, owned: c.ownedFilename });
       return `Istio-owned CNI config ${c.ownedFilename} is not the highest priority; got ${first}`;
     }
     if (c.cniConfName === '' && state.primaryName === '') state.primaryName = valid[1] ?? '';

@@ -42,11 +42,7 @@ async function readIfExists(path: string): Promise<Buffer | undefined> {
   }
 }
 
-async function cleanupConfig(
-  o: CleanupOptions,
-  configPath: string,
-  rec: ConfigRecord | undefined,
-): Promise<ConfigCleanup> {
+async function cleanupConfig(o: CleanupOptions, configPath: string, rec: ConfigRecord | undefined): Promise<ConfigCleanup> {
   const current = await readIfExists(configPath);
   if (current === undefined) return 'absent';
   const text = current.toString('utf8');

@@ -139,7 +139,9 @@ export class Installer {
       await this.#saveVerified(stats);
     } catch (err) {
       if (errorMessage(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
-        this.#log.warn('hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation');
+        this.#log.warn(
+          'hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation',
+        );
       }
       this.#fail('COPY_BINARIES_FAILURE', 'copy binaries', err);
     }

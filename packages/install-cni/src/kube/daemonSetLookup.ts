@@ -15,7 +15,11 @@ interface DaemonSet {
   spec?: {
     template?: {
       spec?: {
-        affinity?: { nodeAffinity?: { requiredDuringSchedulingIgnoredDuringExecution?: { nodeSelectorTerms?: { matchExpressions?: NodeSelectorRequirement[] }[] } } };
+        affinity?: {
+          nodeAffinity?: {
+            requiredDuringSchedulingIgnoredDuringExecution?: { nodeSelectorTerms?: { matchExpressions?: NodeSelectorRequirement[] }[] };
+          };
+        };
       };
     };
   };
@@ -51,7 +55,11 @@ function requirementMatches(req: NodeSelectorRequirement, labels: Record<string,
  * required node affinity still admits this node (a relabelled node means "not an upgrade").
  * RBAC grants `get` on this one name only.
  */
-export function createDaemonSetLookup(client: KubeClient, namespace: string, nodeLabels: () => Promise<Record<string, string>>): DaemonSetLookup {
+export function createDaemonSetLookup(
+  client: KubeClient,
+  namespace: string,
+  nodeLabels: () => Promise<Record<string, string>>,
+): DaemonSetLookup {
   return {
     async lookup(): Promise<DaemonSetState> {
       let ds: DaemonSet;

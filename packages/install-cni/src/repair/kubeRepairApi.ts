@@ -30,7 +30,13 @@ export function createKubeRepairApi(client: KubeClient, options: { nodeName: str
     },
     async labelPod(pod, key, value) {
       const { name, namespace } = nameOf(pod);
-      await client.request({ method: 'PATCH', path: podStatusPath(namespace, name), contentType: MERGE_PATCH, idempotent: true, body: { metadata: { labels: { [key]: value } } } });
+      await client.request({
+        method: 'PATCH',
+        path: podStatusPath(namespace, name),
+        contentType: MERGE_PATCH,
+        idempotent: true,
+        body: { metadata: { labels: { [key]: value } } },
+      });
     },
     async recordEvent(pod, type: EventType, reason, message) {
       const { name, namespace } = nameOf(pod);

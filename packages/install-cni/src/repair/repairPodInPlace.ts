@@ -23,7 +23,8 @@ export function createInPlaceRepairer(deps: InPlaceRepairDeps): RepairInPlace {
     const ip = pod.status?.podIP || pod.status?.podIPs?.[0]?.ip;
     if (!ip) throw new Error(`pod ${podKey(pod)} has no IP yet: cannot find its network namespace`);
     const netns = await deps.findNetns(ip);
-    if (netns === undefined) throw new AmbientDataplaneError('ERR_AMBIENT_NETNS', `no network namespace on this node holds pod IP ${JSON.stringify(ip)}`);
+    if (netns === undefined)
+      throw new AmbientDataplaneError('ERR_AMBIENT_NETNS', `no network namespace on this node holds pod IP ${JSON.stringify(ip)}`);
     try {
       deps.checkNetns(netns);
       const outcome = await netns.use((path) => deps.capture.apply(pod, path));

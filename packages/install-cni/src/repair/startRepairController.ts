@@ -74,7 +74,7 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
   if (sharing) {
     // The agent's cache holds the whole pod (managedFields aside): every field repair reads is there.
     watch = { pods: shared.store as ObjectStore<RepairPod>, synced: shared.synced, stop: () => undefined };
-    logger.info('repair shares the agent\'s pod informer', { fieldSelector });
+    logger.info("repair shares the agent's pod informer", { fieldSelector });
   } else {
     watch = watchRepairPods(kube, {
       labelSelector: repair.labelSelectors,

@@ -16,9 +16,7 @@ async function checkDir(setting: string, path: string, mode: number): Promise<st
 }
 
 /** Directories the installer needs must exist and be usable; reports every problem at once. */
-export async function checkInstallerPaths(
-  s: Pick<Settings, 'cniBinSourceDir' | 'cniBinTargetDirs' | 'mountedCniNetDir'>,
-): Promise<void> {
+export async function checkInstallerPaths(s: Pick<Settings, 'cniBinSourceDir' | 'cniBinTargetDirs' | 'mountedCniNetDir'>): Promise<void> {
   const checks = [
     checkDir('CNI_BIN_SOURCE_DIR', s.cniBinSourceDir, constants.R_OK | constants.X_OK),
     ...s.cniBinTargetDirs.map((d) => checkDir('CNI_BIN_TARGET_DIRS', d, constants.W_OK | constants.X_OK)),

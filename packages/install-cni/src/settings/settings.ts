@@ -235,7 +235,10 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
       errors.push(`invalid ${name} ${JSON.stringify(value)}: want a file name inside MOUNTED_CNI_NET_DIR`);
     }
   }
-  if (settings.nodeTaint.enabled && !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(settings.nodeTaint.key)) {
+  if (
+    settings.nodeTaint.enabled &&
+    !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(settings.nodeTaint.key)
+  ) {
     errors.push(`invalid NODE_TAINT_KEY ${JSON.stringify(settings.nodeTaint.key)}: want a taint key like cni.istio.io/not-ready`);
   }
   if (errors.length > 0) throw new SettingsError(errors.join('; '));

@@ -1,5 +1,13 @@
 import type { Namespace, Pod } from '@istio-cni/capture';
-import { KubeApiError, createKubeClient, getOrUndefined, namespacePath, podPath, readKubeconfigFile, type KubeClient } from '@istio-cni/kube';
+import {
+  KubeApiError,
+  createKubeClient,
+  getOrUndefined,
+  namespacePath,
+  podPath,
+  readKubeconfigFile,
+  type KubeClient,
+} from '@istio-cni/kube';
 
 export class ApiUnauthorizedError extends Error {
   override name = 'ApiUnauthorizedError';

@@ -53,7 +53,10 @@ async function withRetries<T>(deps: DegradedDeps, policy: RetryPolicy, what: str
     if (err instanceof ApiUnauthorizedError) {
       throw new CniError(ErrorCode.TryAgainLater, `istio-cni agent unreachable and ${what} failed: ${err.message}`);
     }
-    throw new CniError(ErrorCode.TryAgainLater, `istio-cni agent unreachable and ${what} failed after ${attempts} attempt(s): ${(err as Error).message}`);
+    throw new CniError(
+      ErrorCode.TryAgainLater,
+      `istio-cni agent unreachable and ${what} failed after ${attempts} attempt(s): ${(err as Error).message}`,
+    );
   }
 }
 

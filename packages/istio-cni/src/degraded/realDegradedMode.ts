@@ -1,5 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createExecCommandRunner, createPodNetnsGuard, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
+import {
+  createExecCommandRunner,
+  createPodNetnsGuard,
+  createScratchNetnsOpener,
+  createSidecarCaptureManager,
+} from '@istio-cni/dataplane/sidecar';
 import { captureEnvironmentFrom } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger, type PluginConfig } from '@istio-cni/handoff';

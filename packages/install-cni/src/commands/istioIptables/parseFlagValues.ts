@@ -123,7 +123,16 @@ export function parseIptablesBinary(value: string): 'legacy' | 'nft' {
   throw new Error('must be "legacy" or "nft"');
 }
 
-const DURATION_UNITS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const DURATION_UNITS: Readonly<Record<string, number>> = {
+  ns: 1e-6,
+  us: 1e-3,
+  µs: 1e-3,
+  μs: 1e-3,
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+};
 
 /** Go `time.ParseDuration` (unsigned), in milliseconds. */
 export function parseDuration(value: string): number {
@@ -143,7 +152,13 @@ export function parseDuration(value: string): number {
 }
 
 const LEVELS: Readonly<Record<string, LogThreshold>> = {
-  none: 'none', fatal: 'error', error: 'error', warn: 'warn', warning: 'warn', info: 'info', debug: 'debug',
+  none: 'none',
+  fatal: 'error',
+  error: 'error',
+  warn: 'warn',
+  warning: 'warn',
+  info: 'info',
+  debug: 'debug',
 };
 
 /** Istio's `--log_output_level`: `level` or `scope:level,...`; the `default` scope (or a bare level) decides. */

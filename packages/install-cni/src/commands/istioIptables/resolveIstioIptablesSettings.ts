@@ -78,7 +78,8 @@ export function resolveIstioIptablesSettings(options: ResolveIstioIptablesSettin
   const raw = (long: string): Raw | undefined => {
     const s = spec(long);
     const cli = given.get(long);
-    if (cli !== undefined) return { text: cli.value, source: cli.spelling === `--${s.long}` || cli.spelling === `-${s.short}` ? flagLabel(s) : cli.spelling };
+    if (cli !== undefined)
+      return { text: cli.value, source: cli.spelling === `--${s.long}` || cli.spelling === `-${s.short}` ? flagLabel(s) : cli.spelling };
     let found: Raw | undefined;
     for (const name of s.env) {
       const value = env[name];
@@ -138,9 +139,15 @@ export function resolveIstioIptablesSettings(options: ResolveIstioIptablesSettin
   const envCapture: EnvCaptureSettings = {
     ownerGroupsInclude: fromEnv('ISTIO_OUTBOUND_OWNER_GROUPS', parse.parseGroupsOrWildcard, DEFAULT_CAPTURE_CONFIG.ownerGroupsInclude),
     ownerGroupsExclude: fromEnv('ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE', parse.parseGroups, DEFAULT_CAPTURE_CONFIG.ownerGroupsExclude),
-    hostIPv4LoopbackCidr: fromEnv('ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', parse.parseLoopbackCidr, DEFAULT_CAPTURE_CONFIG.hostIPv4LoopbackCidr),
+    hostIPv4LoopbackCidr: fromEnv(
+      'ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR',
+      parse.parseLoopbackCidr,
+      DEFAULT_CAPTURE_CONFIG.hostIPv4LoopbackCidr,
+    ),
   };
-  const forceIptablesBinary = nativeNftables ? undefined : read<'legacy' | 'nft' | undefined>('force-iptables-binary', parse.parseIptablesBinary, undefined);
+  const forceIptablesBinary = nativeNftables
+    ? undefined
+    : read<'legacy' | 'nft' | undefined>('force-iptables-binary', parse.parseIptablesBinary, undefined);
   const enableIPv6 = fromEnv<boolean | undefined>('ENABLE_INBOUND_IPV6', parse.parseBool, undefined);
   const ignored = ['force-apply', 'cni-mode', 'log_as_json'].filter((long) => bool(long));
 
@@ -181,7 +188,11 @@ function flagCapture(read: Read, bool: (long: string) => boolean, options: Resol
     proxyGid,
     inboundInterceptionMode: read('istio-inbound-interception-mode', parse.parseMode, DEFAULT_CAPTURE_CONFIG.inboundInterceptionMode),
     inboundTProxyMark: read('istio-inbound-tproxy-mark', parse.parseMark, DEFAULT_CAPTURE_CONFIG.inboundTProxyMark),
-    inboundTProxyRouteTable: read('istio-inbound-tproxy-route-table', parse.parseRouteTable, DEFAULT_CAPTURE_CONFIG.inboundTProxyRouteTable),
+    inboundTProxyRouteTable: read(
+      'istio-inbound-tproxy-route-table',
+      parse.parseRouteTable,
+      DEFAULT_CAPTURE_CONFIG.inboundTProxyRouteTable,
+    ),
     inboundPortsInclude: read('istio-inbound-ports', parse.parsePortsOrWildcard, DEFAULT_CAPTURE_CONFIG.inboundPortsInclude),
     inboundPortsExclude: read('istio-local-exclude-ports', parse.parsePorts, DEFAULT_CAPTURE_CONFIG.inboundPortsExclude),
     outboundPortsInclude: read('istio-outbound-ports', parse.parsePorts, DEFAULT_CAPTURE_CONFIG.outboundPortsInclude),
