@@ -5,28 +5,12 @@ import { mkdir, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { CNI_TESTDATA, scratchHost, seedOrdered, waitFor, type ScratchHost } from '../../packages/install-cni/test/testHelpers.ts';
+import { CNI_TESTDATA, daemonTestEnv as env, scratchHost, seedOrdered, waitFor } from '../../packages/install-cni/test/testHelpers.ts';
 
 // The daemon run from source as a process (install-binaries checks its paths as the init container
 // would, which needs root).
 const NODE = resolve(import.meta.dirname, '../../node_modules/.bin/node');
 const MAIN = resolve(import.meta.dirname, '../../packages/install-cni/src/main.ts');
-
-function env(host: ScratchHost, extra: Record<string, string> = {}): Record<string, string> {
-  return {
-    CNI_BIN_SOURCE_DIR: join(CNI_TESTDATA, 'bindir'),
-    CNI_BIN_TARGET_DIRS: host.binDir,
-    MOUNTED_CNI_NET_DIR: host.netDir,
-    SERVICE_ACCOUNT_DIR: host.saDir,
-    CNI_AGENT_RUN_DIR: host.runDir,
-    // Loopback with nothing listening: the agent's API calls are refused at once, and no test
-    // ever sends traffic off this machine.
-    KUBERNETES_SERVICE_HOST: '127.0.0.1',
-    KUBERNETES_SERVICE_PORT: '9',
-    READINESS_PORT: '0',
-    ...extra,
-  };
-}
 
 describe('install-cni executable (from source)', () => {
   it('install-binaries copies the plugin and exits 0', async (t) => {

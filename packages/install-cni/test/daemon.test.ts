@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import { runDaemon } from '../src/daemon.ts';
 import type { Installer } from '../src/installer/installer.ts';
 import { resolveSettings } from '../src/settings/settings.ts';
-import { CNI_TESTDATA, captureLogger, scratchHost, seedOrdered, waitFor, type ScratchHost } from './testHelpers.ts';
+import { captureLogger, daemonTestEnv as env, scratchHost, seedOrdered, waitFor } from './testHelpers.ts';
 
 async function freePort(): Promise<number> {
   const s = createServer();
@@ -15,22 +15,6 @@ async function freePort(): Promise<number> {
   const port = (s.address() as { port: number }).port;
   await new Promise((r) => s.close(r));
   return port;
-}
-
-function env(host: ScratchHost, extra: Record<string, string> = {}): Record<string, string> {
-  return {
-    CNI_BIN_SOURCE_DIR: join(CNI_TESTDATA, 'bindir'),
-    CNI_BIN_TARGET_DIRS: host.binDir,
-    MOUNTED_CNI_NET_DIR: host.netDir,
-    SERVICE_ACCOUNT_DIR: host.saDir,
-    CNI_AGENT_RUN_DIR: host.runDir,
-    // Loopback with nothing listening: the agent's API calls are refused at once, and no test
-    // ever sends traffic off this machine.
-    KUBERNETES_SERVICE_HOST: '127.0.0.1',
-    KUBERNETES_SERVICE_PORT: '9',
-    READINESS_PORT: '0',
-    ...extra,
-  };
 }
 
 describe('daemon', () => {

@@ -153,3 +153,20 @@ export async function seedOrdered(dir: string, names: string[]): Promise<void> {
     await chmod(dst, 0o644);
   }
 }
+
+/** The daemon's environment on a scratch host, as the DaemonSet would give it. */
+export function daemonTestEnv(host: ScratchHost, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    CNI_BIN_SOURCE_DIR: join(CNI_TESTDATA, 'bindir'),
+    CNI_BIN_TARGET_DIRS: host.binDir,
+    MOUNTED_CNI_NET_DIR: host.netDir,
+    SERVICE_ACCOUNT_DIR: host.saDir,
+    CNI_AGENT_RUN_DIR: host.runDir,
+    // Loopback with nothing listening: the agent's API calls are refused at once, and no test
+    // ever sends traffic off this machine.
+    KUBERNETES_SERVICE_HOST: '127.0.0.1',
+    KUBERNETES_SERVICE_PORT: '9',
+    READINESS_PORT: '0',
+    ...extra,
+  };
+}
