@@ -1,5 +1,5 @@
 // The install and sidecar scenarios on the cluster `make up` starts (two nodes, the node image from
-// IMAGE_TAR, the chart's default values), driven through the Kubernetes API: pods are created in the
+// IMAGE_ARCHIVE, the chart's default values), driven through the Kubernetes API: pods are created in the
 // API and run by kubelet; what they saw comes back through their logs.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -14,7 +14,7 @@ import { tearDown } from './teardown.ts';
 
 const NODES = 2;
 const IMAGE = process.env.IMAGE ?? 'localhost/istio-cni/install-cni:0.1.0';
-const IMAGE_TAR = resolve(REPO_ROOT, process.env.IMAGE_TAR ?? 'dist/image.oci.tar');
+const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
 const NS = 'e2e-cluster';
 /** An address nothing answers on: only a capture rule can make a connection to it succeed. */
 const NOWHERE = '192.0.2.123';
@@ -33,8 +33,8 @@ const container = (name: string, script: string, user?: number) => ({
   ...(user === undefined ? {} : { securityContext: { runAsUser: user, runAsGroup: user } }),
 });
 
-/** Answers every connection on port with its name (busybox nc). */
-const serve = (port: number, answer: string) => `nc -lk -p ${port} -e echo ${answer}`;
+/** Answers every connection on port with its name (busybox nc: `-ll` keeps listening). */
+const serve = (port: number, answer: string) => `nc -ll -p ${port} -e echo ${answer}`;
 /** Connects until something answers, prints `answer:<what it said>`, then idles. */
 const probe = (host: string, port: number) =>
   `until out=$(nc -w 2 ${host} ${port} </dev/null) && [ -n "$out" ]; do sleep 1; done; echo "answer:$out"; sleep 86400`;
@@ -77,7 +77,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
   };
 
   before(async () => {
-    cluster = await bringUp({ nodes: NODES, image: IMAGE, imageTar: IMAGE_TAR });
+    cluster = await bringUp({ nodes: NODES, image: IMAGE, imageTar: IMAGE_ARCHIVE });
     await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
     // The controller-manager creates the namespace's default service account, which pods need.
     const deadline = Date.now() + 60_000;
