@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import type { KubeClient } from '../support/kubeClient.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
-import { bringUp, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
+import { bringUp, describeNamespace, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 
@@ -51,14 +51,13 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
       spec: { nodeName, terminationGracePeriodSeconds: 1, containers },
     });
   };
-  const waitPod = async (name: string, ready: (pod: Pod) => boolean, timeoutMs = 120_000): Promise<Pod> => {
+  const waitPod = async (name: string, ready: (pod: Pod) => boolean, what: string, timeoutMs = 120_000): Promise<Pod> => {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const pod = await api().must<Pod>('GET', `/api/v1/namespaces/${NS}/pods/${name}`);
       if (ready(pod)) return pod;
       if (Date.now() > deadline) {
-        const events = await api().request('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=involvedObject.name=${name}`);
-        throw new Error(`pod ${name} not there: ${JSON.stringify(pod.status)}\nevents: ${events.text.slice(0, 3000)}`);
+        throw new Error(`pod ${NS}/${name} not ${what} within ${timeoutMs / 1000} s\n${await describeNamespace(cluster.controlPlane, NS)}`);
       }
       await new Promise((r) => setTimeout(r, 500));
     }
@@ -71,7 +70,9 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
       const res = await api().request('GET', `/api/v1/namespaces/${NS}/pods/${pod}/log?container=${containerName}`);
       const line = res.text.split('\n').find((l) => l.startsWith('answer:'));
       if (line !== undefined) return line.slice('answer:'.length);
-      if (Date.now() > deadline) throw new Error(`${pod}/${containerName} printed no answer (${res.status}): ${res.text.slice(0, 1000)}`);
+      if (Date.now() > deadline) {
+        throw new Error(`${pod}/${containerName} printed no answer line within ${timeoutMs / 1000} s (log ${res.status}: ${res.text.slice(0, 1000)})`);
+      }
       await new Promise((r) => setTimeout(r, 500));
     }
   };
@@ -82,7 +83,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     // The controller-manager creates the namespace's default service account, which pods need.
     const deadline = Date.now() + 60_000;
     while ((await api().request('GET', `/api/v1/namespaces/${NS}/serviceaccounts/default`)).status !== 200) {
-      if (Date.now() > deadline) throw new Error(`no default service account in ${NS}`);
+      if (Date.now() > deadline) throw new Error(`the controller-manager created no default service account in ${NS} within 60 s`);
       await new Promise((r) => setTimeout(r, 500));
     }
   });
@@ -92,13 +93,14 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     if (state !== undefined) assert.deepEqual(await tearDown(state), [], 'the cluster left something behind');
   });
 
-  it('1 install: the DaemonSet runs on every node, its init container put the plugin in the node CNI bin dir and chained it', async () => {
+  it('1 install: the DaemonSet runs on every node; its installer copied the plugin into the node CNI bin dir and chained it last', async () => {
     const pods = await api().must<{ items: Pod[] }>('GET', '/api/v1/namespaces/istio-system/pods?labelSelector=k8s-app%3Distio-cni-node');
     assert.deepEqual(pods.items.map((p) => p.spec.nodeName).sort(), cluster.nodes.map((n) => n.layout.name).sort());
     assert.ok(pods.items.every(running), 'every istio-cni-node pod is Ready');
+    const plugin = readFileSync(join(REPO_ROOT, 'dist/istio-cni'));
     for (const node of cluster.nodes) {
       const binDir = join(node.layout.dir, 'cni/bin');
-      assert.deepEqual(readFileSync(join(binDir, 'istio-cni')).subarray(0, 4), Buffer.from([0x7f, 0x45, 0x4c, 0x46]), `${node.layout.name}: istio-cni is an executable`);
+      assert.ok(readFileSync(join(binDir, 'istio-cni')).equals(plugin), `${node.layout.name}: the node's istio-cni is the image's (dist/istio-cni)`);
       const conflist = JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] };
       assert.deepEqual(conflist.plugins.map((p) => p.type), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: chained after the primary plugins`);
     }
@@ -114,8 +116,8 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
       container('istio-proxy', `${serve(15001, 'proxy-15001')} & ${serve(15006, 'proxy-15006')} & wait`, 1337),
       container('outbound', probe(NOWHERE, 80)),
     ], { 'sidecar.istio.io/status': SIDECAR_STATUS });
-    const plain = await waitPod('plain-server', running);
-    const sidecar = await waitPod('sidecar', running);
+    const plain = await waitPod('plain-server', running, 'Ready');
+    const sidecar = await waitPod('sidecar', running, 'Ready');
     assert.equal(await answer('sidecar', 'outbound'), 'proxy-15001');
 
     await createPod('client', node2, [
