@@ -91,7 +91,8 @@ async function requireImage(node: RunningNode, ref: string, imageTar: string): P
   }
 }
 
-async function helmInstall(ref: string, extraSet: readonly string[]): Promise<void> {
+/** The rig's helm against the cluster, its caches under `.cluster/helm`. */
+export async function helm(args: readonly string[]): Promise<void> {
   const helmHome = join(CLUSTER_DIR, 'helm');
   const env = {
     ...process.env,
@@ -100,9 +101,12 @@ async function helmInstall(ref: string, extraSet: readonly string[]): Promise<vo
     HELM_CONFIG_HOME: join(helmHome, 'config'),
     HELM_DATA_HOME: join(helmHome, 'data'),
   };
+  await runCommand([rigBinary('helm'), ...args], { env, timeoutMs: 120_000 });
+}
+
+async function helmInstall(ref: string, extraSet: readonly string[]): Promise<void> {
   const sets = [`image=${ref}`, 'pullPolicy=Never', ...extraSet].flatMap((s) => ['--set', s]);
-  await runCommand([rigBinary('helm'), 'install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets],
-    { env, timeoutMs: 120_000 });
+  await helm(['install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets]);
 }
 
 interface DaemonSetStatus {

@@ -1,14 +1,15 @@
-// The install and sidecar scenarios on the cluster `make up` starts (two nodes, the node image from
+// The install, sidecar, daemon-killed and uninstall scenarios on the cluster `make up` starts (two nodes, the node image from
 // IMAGE_ARCHIVE, the chart's default values), driven through the Kubernetes API: pods are created in the
 // API and run by kubelet; what they saw comes back through their logs.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { KubeClient } from '../support/kubeClient.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
-import { bringUp, describeNamespace, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
+import { RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
+import { bringUp, DAEMONSET, describeNamespace, helm, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 
@@ -22,7 +23,12 @@ const NOWHERE = '192.0.2.123';
 interface Pod {
   metadata: { name: string; annotations?: Record<string, string> };
   spec: { nodeName?: string };
-  status?: { phase?: string; podIP?: string; conditions?: { type: string; status: string }[] };
+  status?: {
+    phase?: string;
+    podIP?: string;
+    conditions?: { type: string; status: string }[];
+    containerStatuses?: { name: string; restartCount: number; containerID?: string }[];
+  };
 }
 
 const container = (name: string, script: string, user?: number) => ({
@@ -38,6 +44,19 @@ const serve = (port: number, answer: string) => `nc -ll -p ${port} -e echo ${ans
 /** Connects until something answers, prints `answer:<what it said>`, then idles. */
 const probe = (host: string, port: number) =>
   `until out=$(nc -w 2 ${host} ${port} </dev/null) && [ -n "$out" ]; do sleep 1; done; echo "answer:$out"; sleep 86400`;
+/** Connects a few times, prints `answer:<what it said>` or `answer:none`, then idles. */
+const probeOnce = (host: string, port: number) =>
+  `out=; for i in 1 2 3; do out=$(nc -w 2 ${host} ${port} </dev/null) && [ -n "$out" ] && break; sleep 1; done; echo "answer:\${out:-none}"; sleep 86400`;
+/** Until `check` returns a value or timeoutMs passes; the error names `what`. */
+async function waitFor<T>(what: string, check: () => Promise<T | undefined>, timeoutMs: number, detail?: () => Promise<string>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s${detail ? `\n${await detail()}` : ''}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
 
 describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
   let cluster: LocalCluster;
@@ -126,5 +145,54 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     ]);
     assert.equal(await answer('client', 'to-sidecar'), 'proxy-15006');
     assert.equal(await answer('client', 'to-plain'), 'plain-8080');
+  });
+
+  const agentPods = async (): Promise<Pod[]> =>
+    (await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)).items;
+  const agentLog = async (pod: string, previous: boolean): Promise<string> =>
+    (await api().request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${pod}/log?container=install-cni${previous ? '&previous=true' : ''}`)).text;
+  const sidecarPod = (name: string, nodeName: string, outbound: string) =>
+    createPod(name, nodeName, [
+      container('istio-proxy', serve(15001, 'proxy-15001'), 1337),
+      container('outbound', outbound),
+    ], { 'sidecar.istio.io/status': SIDECAR_STATUS });
+
+  it('5 daemon killed: a sidecar pod still gets its capture (degraded mode or the restarted agent); kubelet restarts the daemon', async (t) => {
+    const node = cluster.nodes[0];
+    assert.ok(node !== undefined);
+    const before = (await agentPods()).find((p) => p.spec.nodeName === node.layout.name);
+    assert.ok(before !== undefined, `an ${DAEMONSET} pod on ${node.layout.name}`);
+    const restarts = before.status?.containerStatuses?.find((c) => c.name === 'install-cni')?.restartCount ?? 0;
+    const id = (await node.crictl(['ps', '--name', 'install-cni', '-q'])).trim();
+    assert.match(id, /^[0-9a-f]{64}$/, `one running install-cni container on ${node.layout.name}`);
+    // No grace period: SIGKILL, so no shutdown cleanup runs; the plugin finds a socket nobody answers.
+    await node.crictl(['stop', '--timeout', '0', id]);
+    await sidecarPod('sidecar-agent-killed', node.layout.name, probe(NOWHERE, 80));
+    assert.equal(await answer('sidecar-agent-killed', 'outbound'), 'proxy-15001');
+
+    await waitFor(`${DAEMONSET} on ${node.layout.name} restarted by kubelet and Ready`, async () => {
+      const pod = (await agentPods()).find((p) => p.metadata.name === before.metadata.name);
+      const now = pod?.status?.containerStatuses?.find((c) => c.name === 'install-cni')?.restartCount ?? 0;
+      return pod !== undefined && now > restarts && running(pod) ? true : undefined;
+    }, 120_000, () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE));
+    const byAgent = [await agentLog(before.metadata.name, true), await agentLog(before.metadata.name, false)]
+      .some((log) => log.includes('sidecar-agent-killed') && log.includes('sidecar capture programmed'));
+    t.diagnostic(`the capture was programmed by ${byAgent ? 'the restarted agent' : 'the plugin alone (degraded mode)'}`);
+  });
+
+  it('6 helm uninstall: the plugin and its conflist entry go; a new sidecar pod starts without capture', async () => {
+    await helm(['uninstall', RELEASE_NAME, '--namespace', RELEASE_NAMESPACE, '--wait', '--timeout', '90s']);
+    await waitFor(`no ${DAEMONSET} pods left after helm uninstall`, async () => ((await agentPods()).length === 0 ? true : undefined),
+      90_000, () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE));
+    for (const node of cluster.nodes) {
+      const conflist = JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] };
+      assert.deepEqual(conflist.plugins.map((p) => p.type), ['bridge', 'portmap'], `${node.layout.name}: istio-cni removed from the primary conflist`);
+      assert.equal(existsSync(join(node.layout.dir, 'cni/bin/istio-cni')), false, `${node.layout.name}: istio-cni removed from the CNI bin dir`);
+    }
+    const [node1] = cluster.nodes.map((n) => n.layout.name);
+    assert.ok(node1 !== undefined);
+    await sidecarPod('sidecar-after-uninstall', node1, probeOnce(NOWHERE, 80));
+    await waitPod('sidecar-after-uninstall', running, 'Ready');
+    assert.equal(await answer('sidecar-after-uninstall', 'outbound'), 'none');
   });
 });
