@@ -14,7 +14,9 @@ import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 
 const NODES = 2;
-const IMAGE = process.env.IMAGE ?? 'localhost/istio-cni/install-cni:0.1.0';
+const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+/** `make e2e` passes mk/image.mk's IMAGE; its default is the same name. */
+const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
 const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
 const NS = 'e2e-cluster';
 /** An address nothing answers on: only a capture rule can make a connection to it succeed. */
