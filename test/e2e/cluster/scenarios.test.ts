@@ -1,4 +1,4 @@
-// The install, sidecar, daemon-killed and uninstall scenarios on the cluster `make up` starts (two nodes, the node image from
+// The install, sidecar, upgrade, daemon-killed and uninstall scenarios on the cluster `make up` starts (two nodes, the node image from
 // IMAGE_ARCHIVE, the chart's default values), driven through the Kubernetes API: pods are created in the
 // API and run by kubelet; what they saw comes back through their logs.
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import type { KubeClient } from '../support/kubeClient.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
-import { bringUp, DAEMONSET, describeNamespace, helm, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
+import { bringUp, DAEMONSET, describeNamespace, helm, waitDaemonSetReady, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 
@@ -49,6 +49,9 @@ const probe = (host: string, port: number) =>
 /** Connects a few times, prints `answer:<what it said>` or `answer:none`, then idles. */
 const probeOnce = (host: string, port: number) =>
   `out=; for i in 1 2 3; do out=$(nc -w 2 ${host} ${port} </dev/null) && [ -n "$out" ] && break; sleep 1; done; echo "answer:\${out:-none}"; sleep 86400`;
+/** Connects every second for ever, printing `tick:<n>:<what it said or none>`. */
+const probeLoop = (host: string, port: number) =>
+  `i=0; while true; do i=$((i+1)); out=$(nc -w 2 ${host} ${port} </dev/null); echo "tick:$i:\${out:-none}"; sleep 1; done`;
 /** Until `check` returns a value or timeoutMs passes; the error names `what`. */
 async function waitFor<T>(what: string, check: () => Promise<T | undefined>, timeoutMs: number, detail?: () => Promise<string>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -159,6 +162,46 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
       container('outbound', outbound),
     ], { 'sidecar.istio.io/status': SIDECAR_STATUS });
 
+  /** What each `tick:` line of a probeLoop container said, in order. */
+  const ticks = async (pod: string, containerName: string): Promise<string[]> => {
+    const res = await api().request('GET', `/api/v1/namespaces/${NS}/pods/${pod}/log?container=${containerName}`);
+    return res.text.split('\n').filter((l) => l.startsWith('tick:')).map((l) => l.split(':').slice(2).join(':'));
+  };
+  const conflistTypes = (node: LocalCluster['nodes'][number]): string[] =>
+    (JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
+
+  it('4 rollout restart (an upgrade): the config stays chained, a running sidecar pod never loses its capture, a new one gets it', async () => {
+    const [node1] = cluster.nodes.map((n) => n.layout.name);
+    assert.ok(node1 !== undefined);
+    await sidecarPod('sidecar-during-upgrade', node1, probeLoop(NOWHERE, 80));
+    await waitPod('sidecar-during-upgrade', running, 'Ready');
+    await waitFor('sidecar-during-upgrade/outbound: a first tick', async () => ((await ticks('sidecar-during-upgrade', 'outbound')).length > 0 ? true : undefined), 60_000);
+    const oldPods = new Set((await agentPods()).map((p) => p.metadata.name));
+
+    // What `kubectl rollout restart` does: a new template annotation, so every pod is replaced.
+    await api().must('PATCH', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`,
+      { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': new Date().toISOString() } } } } },
+      { contentType: 'application/strategic-merge-patch+json' });
+    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
+    await waitFor(`every ${DAEMONSET} pod replaced and Ready`, async () => {
+      const pods = await agentPods();
+      return pods.length === cluster.nodes.length && pods.every((p) => !oldPods.has(p.metadata.name) && running(p)) ? true : undefined;
+    }, 120_000, () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE));
+    for (const node of cluster.nodes) {
+      assert.deepEqual(conflistTypes(node), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: still chained after the restart`);
+      assert.ok(existsSync(join(node.layout.dir, 'cni/bin/istio-cni')), `${node.layout.name}: the plugin is still installed`);
+    }
+
+    const seen = (await ticks('sidecar-during-upgrade', 'outbound')).length;
+    const all = await waitFor('sidecar-during-upgrade/outbound: 3 ticks after the restart', async () => {
+      const t = await ticks('sidecar-during-upgrade', 'outbound');
+      return t.length >= seen + 3 ? t : undefined;
+    }, 60_000);
+    assert.deepEqual(all.filter((a) => a !== 'proxy-15001'), [], 'every outbound connection, before, during and after the restart, was captured');
+    await sidecarPod('sidecar-after-upgrade', node1, probe(NOWHERE, 80));
+    assert.equal(await answer('sidecar-after-upgrade', 'outbound'), 'proxy-15001');
+  });
+
   it('5 daemon killed: a sidecar pod still gets its capture (degraded mode or the restarted agent); kubelet restarts the daemon', async (t) => {
     const node = cluster.nodes[0];
     assert.ok(node !== undefined);
@@ -187,8 +230,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     await waitFor(`no ${DAEMONSET} pods left after helm uninstall`, async () => ((await agentPods()).length === 0 ? true : undefined),
       90_000, () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE));
     for (const node of cluster.nodes) {
-      const conflist = JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] };
-      assert.deepEqual(conflist.plugins.map((p) => p.type), ['bridge', 'portmap'], `${node.layout.name}: istio-cni removed from the primary conflist`);
+      assert.deepEqual(conflistTypes(node), ['bridge', 'portmap'], `${node.layout.name}: istio-cni removed from the primary conflist`);
       assert.equal(existsSync(join(node.layout.dir, 'cni/bin/istio-cni')), false, `${node.layout.name}: istio-cni removed from the CNI bin dir`);
     }
     const [node1] = cluster.nodes.map((n) => n.layout.name);
