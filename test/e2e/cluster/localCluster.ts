@@ -104,7 +104,8 @@ export async function helm(args: readonly string[]): Promise<void> {
   await runCommand([rigBinary('helm'), ...args], { env, timeoutMs: 120_000 });
 }
 
-async function helmInstall(ref: string, extraSet: readonly string[]): Promise<void> {
+/** `helm install` of the chart from manifests/ running `ref`, never pulled. */
+export async function helmInstall(ref: string, extraSet: readonly string[] = []): Promise<void> {
   const sets = [`image=${ref}`, 'pullPolicy=Never', ...extraSet].flatMap((s) => ['--set', s]);
   await helm(['install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets]);
 }

@@ -1,4 +1,4 @@
-// The install, sidecar, upgrade, daemon-killed and uninstall scenarios on the cluster `make up` starts (two nodes, the node image from
+// The install, sidecar, upgrade, daemon-killed, uninstall and repair scenarios on the cluster `make up` starts (two nodes, the node image from
 // IMAGE_ARCHIVE, the chart's default values), driven through the Kubernetes API: pods are created in the
 // API and run by kubelet; what they saw comes back through their logs.
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import type { KubeClient } from '../support/kubeClient.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
-import { bringUp, DAEMONSET, describeNamespace, helm, waitDaemonSetReady, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
+import { bringUp, DAEMONSET, describeNamespace, helm, helmInstall, waitDaemonSetReady, WORKLOAD_IMAGE, type LocalCluster } from './localCluster.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 
@@ -22,6 +22,8 @@ const NS = 'e2e-cluster';
 /** An address nothing answers on: only a capture rule can make a connection to it succeed. */
 const NOWHERE = '192.0.2.123';
 
+type ContainerState = { terminated?: { exitCode?: number } };
+
 interface Pod {
   metadata: { name: string; annotations?: Record<string, string> };
   spec: { nodeName?: string };
@@ -30,6 +32,7 @@ interface Pod {
     podIP?: string;
     conditions?: { type: string; status: string }[];
     containerStatuses?: { name: string; restartCount: number; containerID?: string }[];
+    initContainerStatuses?: { name: string; state?: ContainerState; lastState?: ContainerState }[];
   };
 }
 
@@ -238,5 +241,33 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     await sidecarPod('sidecar-after-uninstall', node1, probeOnce(NOWHERE, 80));
     await waitPod('sidecar-after-uninstall', running, 'Ready');
     assert.equal(await answer('sidecar-after-uninstall', 'outbound'), 'none');
+  });
+
+  it('7 repair: a sidecar pod whose validation failed before the plugin was installed is repaired in place once it is', async () => {
+    const [node1] = cluster.nodes.map((n) => n.layout.name);
+    assert.ok(node1 !== undefined);
+    // What istio-validation checks: a connection to anywhere reaches the pod's own 15001; else exit 126.
+    const validation = container('istio-validation',
+      `nc -ll -p 15001 -e echo validated & sleep 0.5; out=$(nc -w 2 ${NOWHERE} 80 </dev/null); [ "$out" = validated ] || exit 126`);
+    await api().must('POST', `/api/v1/namespaces/${NS}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'sidecar-broken', namespace: NS, annotations: { 'sidecar.istio.io/status': SIDECAR_STATUS } },
+      spec: {
+        nodeName: node1,
+        terminationGracePeriodSeconds: 1,
+        initContainers: [validation],
+        containers: [container('istio-proxy', serve(15001, 'proxy-15001'), 1337), container('outbound', probe(NOWHERE, 80))],
+      },
+    });
+    const broken = (pod: Pod) => pod.status?.initContainerStatuses?.some((c) =>
+      (c.state?.terminated?.exitCode ?? c.lastState?.terminated?.exitCode) === 126) === true;
+    await waitPod('sidecar-broken', broken, 'failing its validation with exit 126 (no plugin installed)', 60_000);
+
+    await helmInstall(IMAGE);
+    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
+    // The init container retries with kubelet's back-off (10 s, 20 s, 40 s, ...).
+    await waitPod('sidecar-broken', running, 'Ready after the repair controller programmed its capture', 180_000);
+    assert.equal(await answer('sidecar-broken', 'outbound'), 'proxy-15001');
   });
 });
