@@ -1,7 +1,9 @@
 # The e2e rig and scenarios. Included by the main Makefile, which defines NODE and `build`.
 # The rig (etcd, kube-apiserver, crictl, cnitool, helm, containerd+runc, a local pause image) is built
 # from package registries into the git-ignored .e2e-cache/; only the first run pays.
-E2E_TESTS := test/e2e/*.test.ts
+# The cluster scenarios (test/e2e/cluster/, also `make e2e-cluster`) run last, on a kubelet cluster of
+# their own built from the node image (mk/image.mk makes `e2e` depend on `image`).
+E2E_TESTS := test/e2e/*.test.ts test/e2e/cluster/*.test.ts
 
 .PHONY: e2e-rig e2e manifests
 
@@ -10,7 +12,7 @@ e2e-rig:
 
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
 e2e: e2e-rig build
-	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
+	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
 
 # Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm.
 manifests: e2e-rig

@@ -97,6 +97,12 @@ describe('istio-cni Helm chart', () => {
       'cni-host-procfs': '/proc',
       'cni-netns-dir': '/var/run/netns',
     });
+    // The agent opens the netns path the plugin hands it for sidecar pods, so without ambient too.
+    const mounts = container.volumeMounts as { name: string; mountPath: string; mountPropagation?: string }[];
+    assert.deepEqual(
+      mounts.filter((m) => m.name === 'cni-netns-dir'),
+      [{ name: 'cni-netns-dir', mountPath: '/var/run/netns', mountPropagation: 'HostToContainer' }],
+    );
     const env = container.env as { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
     assert.equal(env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
     assert.equal(env.find((e) => e.name === 'POD_NAMESPACE')?.valueFrom?.fieldRef?.fieldPath, 'metadata.namespace');

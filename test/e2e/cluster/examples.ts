@@ -40,7 +40,7 @@ export function writeExamples(workloadImage: string): Example[] {
       containers: [
         container('app', ['sleep', '86400']),
         // The proxy's uid (1337) is exempt from capture; it answers whatever was redirected to it.
-        container('istio-proxy', ['nc', '-lk', '-p', '15001', '-e', 'echo', 'captured by istio-proxy:15001'], 1337),
+        container('istio-proxy', ['nc', '-ll', '-p', '15001', '-e', 'echo', 'captured by istio-proxy:15001'], 1337),
       ],
     },
   };

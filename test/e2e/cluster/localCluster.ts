@@ -45,7 +45,7 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
     throw new Error(`a cluster is up (${relative(REPO_ROOT, CLUSTER_DIR)}/state.json): run \`make down\` first`);
   if (process.getuid?.() !== 0) throw new Error('the cluster needs root (network namespaces, mounts, cgroups, containerd)');
   if (!existsSync(imageTar))
-    throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_TAR)`);
+    throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_ARCHIVE)`);
   const needed: RigBinary[] = [
     'etcd',
     'kube-apiserver',
@@ -104,7 +104,8 @@ async function requireImage(node: RunningNode, ref: string, imageTar: string): P
   }
 }
 
-async function helmInstall(ref: string, extraSet: readonly string[]): Promise<void> {
+/** The rig's helm against the cluster, its caches under `.cluster/helm`. */
+export async function helm(args: readonly string[]): Promise<void> {
   const helmHome = join(CLUSTER_DIR, 'helm');
   const env = {
     ...process.env,
@@ -113,11 +114,13 @@ async function helmInstall(ref: string, extraSet: readonly string[]): Promise<vo
     HELM_CONFIG_HOME: join(helmHome, 'config'),
     HELM_DATA_HOME: join(helmHome, 'data'),
   };
+  await runCommand([rigBinary('helm'), ...args], { env, timeoutMs: 120_000 });
+}
+
+/** `helm install` of the chart from manifests/ running `ref`, never pulled. */
+export async function helmInstall(ref: string, extraSet: readonly string[] = []): Promise<void> {
   const sets = [`image=${ref}`, 'pullPolicy=Never', ...extraSet].flatMap((s) => ['--set', s]);
-  await runCommand(
-    [rigBinary('helm'), 'install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets],
-    { env, timeoutMs: 120_000 },
-  );
+  await helm(['install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets]);
 }
 
 interface DaemonSetStatus {
@@ -125,7 +128,7 @@ interface DaemonSetStatus {
   status?: { observedGeneration?: number; desiredNumberScheduled?: number; numberReady?: number; updatedNumberScheduled?: number };
 }
 
-export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: number, timeoutMs = 300_000): Promise<void> {
+export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: number, timeoutMs = 180_000): Promise<void> {
   const path = `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`;
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -134,12 +137,58 @@ export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: n
     const current = (s.observedGeneration ?? 0) >= (ds.metadata.generation ?? 1);
     if (current && s.desiredNumberScheduled === expected && s.numberReady === expected && s.updatedNumberScheduled === expected) return;
     if (Date.now() > deadline) {
-      const pods = await controlPlane.api.request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`);
-      const events = await controlPlane.api.request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/events`);
       throw new Error(
-        `DaemonSet ${DAEMONSET} not Ready (${JSON.stringify(s)})\npods: ${pods.text.slice(0, 4000)}\nevents: ${events.text.slice(0, 4000)}`,
+        `DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET} not Ready on ${expected} node(s) within ${timeoutMs / 1000} s ` +
+          `(${s.numberReady ?? 0} Ready, ${s.updatedNumberScheduled ?? 0} updated)\n${await describeNamespace(controlPlane, RELEASE_NAMESPACE)}`,
       );
     }
     await new Promise((r) => setTimeout(r, 1000));
   }
+}
+
+interface PodSummary {
+  metadata: { name: string };
+  spec: { nodeName?: string };
+  status?: {
+    phase?: string;
+    initContainerStatuses?: ContainerStatus[];
+    containerStatuses?: ContainerStatus[];
+  };
+}
+interface ContainerStatus {
+  name: string;
+  ready: boolean;
+  restartCount: number;
+  state?: Record<string, { reason?: string; message?: string; exitCode?: number }>;
+}
+interface EventSummary {
+  involvedObject?: { name?: string };
+  reason?: string;
+  message?: string;
+  count?: number;
+}
+
+/** One line per pod (phase, each container's state) and the namespace's last events: what a failed wait saw. */
+export async function describeNamespace(controlPlane: ControlPlane, namespace: string): Promise<string> {
+  const pods = await controlPlane.api.must<{ items: PodSummary[] }>('GET', `/api/v1/namespaces/${namespace}/pods`);
+  const events = await controlPlane.api.must<{ items: EventSummary[] }>('GET', `/api/v1/namespaces/${namespace}/events`);
+  const container = (c: ContainerStatus) => {
+    const [state, detail] = Object.entries(c.state ?? {})[0] ?? ['unknown', {}];
+    const why = [detail.reason, detail.exitCode === undefined ? undefined : `exit ${detail.exitCode}`, detail.message?.slice(0, 300)]
+      .filter(Boolean)
+      .join(', ');
+    return `${c.name}: ${state}${why ? ` (${why})` : ''}${c.restartCount ? `, ${c.restartCount} restarts` : ''}`;
+  };
+  const podLines = pods.items.map(
+    (p) =>
+      `  pod ${p.metadata.name} on ${p.spec.nodeName ?? '(unscheduled)'}: ${p.status?.phase ?? '?'}; ` +
+      [...(p.status?.initContainerStatuses ?? []), ...(p.status?.containerStatuses ?? [])].map(container).join('; '),
+  );
+  const eventLines = events.items
+    .slice(-8)
+    .map(
+      (e) =>
+        `  event ${e.involvedObject?.name ?? '?'}: ${e.reason ?? '?'}${e.count && e.count > 1 ? ` x${e.count}` : ''}: ${e.message?.slice(0, 300) ?? ''}`,
+    );
+  return [`namespace ${namespace}:`, ...(podLines.length ? podLines : ['  no pods']), ...eventLines].join('\n');
 }

@@ -81,6 +81,10 @@ export async function startNode(
     10_000,
   );
   const mountNs = ['nsenter', '-t', String(holder.pid), '-m', '--'];
+  // Shared, as systemd leaves a real node's mounts: a HostToContainer mount (the agent's netns dir)
+  // needs a shared source to see the netns containerd mounts later. Still a slave of the host's, so
+  // nothing propagates back out.
+  await runCommand([...mountNs, 'mount', '--make-rshared', '/']);
   for (const { hostPath, nodeDir } of NODE_PRIVATE_PATHS) {
     ensureHostDir(state, hostPath);
     await runCommand([...mountNs, 'mount', '--bind', join(node.dir, nodeDir), hostPath]);

@@ -42,10 +42,10 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
     if (result.exitCode !== 0 && existsSync(`/run/netns/${netns}`)) problems.push(`netns ${netns}: ${result.stderr.trim()}`);
   }
   for (const link of state.links) {
-    // A node's veth goes with its netns.
+    // A node's veth goes with its netns, asynchronously: it may vanish between the check and the delete.
     if (!existsSync(`/sys/class/net/${link}`)) continue;
     const result = await runCommand(['ip', 'link', 'delete', link], { allowFailure: true });
-    if (result.exitCode !== 0) problems.push(`link ${link}: ${result.stderr.trim()}`);
+    if (result.exitCode !== 0 && existsSync(`/sys/class/net/${link}`)) problems.push(`link ${link}: ${result.stderr.trim()}`);
   }
   for (const name of state.cgroups) {
     await waitForEmptyCgroups(name);

@@ -14,7 +14,7 @@ const { values } = parseArgs({
   options: {
     nodes: { type: 'string', default: '1' },
     image: { type: 'string' },
-    'image-tar': { type: 'string', default: 'dist/image.oci.tar' },
+    'image-archive': { type: 'string', default: 'dist/image.oci.tar' },
     set: { type: 'string', multiple: true, default: [] },
   },
 });
@@ -27,7 +27,7 @@ try {
   await bringUp({
     nodes,
     image: values.image,
-    imageTar: resolve(REPO_ROOT, values['image-tar']),
+    imageTar: resolve(REPO_ROOT, values['image-archive']),
     chartSet: values.set,
     log: (line) => console.log(`==> [${elapsed()}] ${line}`),
   });
