@@ -146,11 +146,15 @@ describe('installer watch loop', () => {
     await new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger }).installAll();
     assert.ok(existsSync(join(host.runDir, VERIFIED_COPIES_FILE)));
 
+    // A save cut short by a kill leaves a temp file; the next run removes it.
+    const staleTemp = join(host.runDir, `${VERIFIED_COPIES_FILE}.tmp.0123456789ab`);
+    await writeFile(staleTemp, '{"torn');
     const restart = captureLogger();
     assert.deepEqual(await new Installer({ settings: cniTestSettings(host), logger: restart.logger }).installAll(), {
       bytesWritten: 0,
       filesWritten: [],
     });
+    assert.equal(existsSync(staleTemp), false, 'stale temp file of the record removed');
     assert.ok(events(restart.lines).length > 0);
     assert.ok(
       events(restart.lines).every((m) => m === 'binary unchanged since verified'),

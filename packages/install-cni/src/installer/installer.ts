@@ -4,7 +4,7 @@ import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { Settings } from '../settings/settings.ts';
 import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
-import { atomicWrite } from './atomicWrite.ts';
+import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
 import { cleanupInstall, type CleanupReport } from './cleanupInstall.ts';
 import { isConfigFileName } from './cniConfigFiles.ts';
 import { cniConfigSettings, type CniConfigSettings } from './cniConfigSettings.ts';
@@ -124,6 +124,8 @@ export class Installer {
     this.passes++;
     try {
       if (this.#verifiedSaved === undefined) {
+        // A kill during an earlier run's save leaves its temp file; the record itself is whole or absent.
+        await removeStaleTemps(this.#verifiedCopiesPath);
         this.#verified = await loadVerifiedCopies(this.#verifiedCopiesPath);
         this.#verifiedSaved = serializeVerifiedCopies(this.#verified);
       }
