@@ -8,7 +8,8 @@ import { startNodeTaintRemover } from '../src/taint/startNodeTaintRemover.ts';
 import type { Pod } from '@istio-cni/capture';
 import { startFakeKubeApi } from '../../../test/support/fakeKubeApi.ts';
 import { ObjectStore } from '../src/kube/clusterView.ts';
-import { captureLogger, tempDir } from './testHelpers.ts';
+import { brokenPodWaiting } from './repairFixtures.ts';
+import { captureLogger, tempDir, waitFor } from './testHelpers.ts';
 import { join } from 'node:path';
 
 const settings = (env: Record<string, string>) => resolveSettings({}, env, { hostname: () => 'host-a' });
@@ -73,6 +74,26 @@ describe('starting the repair controller', () => {
       await own.synced;
       assert.ok(podWatches() > before, JSON.stringify(api.requests));
     }
+  });
+
+  it("a broken pod already in the shared informer's cache is handled at once", async (t) => {
+    const api = await startFakeKubeApi();
+    t.after(() => api.close());
+    const kubeconfigPath = join(await tempDir(t), 'kubeconfig');
+    api.writeKubeconfig(kubeconfigPath);
+    const store = new ObjectStore<Pod>();
+    store.upsert(brokenPodWaiting);
+    const controller = startRepairController({
+      settings: settings({ REPAIR_REPAIR_PODS: 'false', REPAIR_DELETE_PODS: 'true', REPAIR_NODE_NAME: 'node-a' }),
+      kubeconfigPath,
+      logger: captureLogger().logger,
+      registry: new Registry(),
+      sharedPods: { fieldSelector: 'spec.nodeName=node-a', store, synced: Promise.resolve() },
+    });
+    assert.ok(controller);
+    t.after(() => controller.stop());
+    const name = brokenPodWaiting.metadata.name ?? '';
+    await waitFor('the DELETE of the broken pod', () => api.requests.find((r) => r.startsWith('DELETE ') && r.includes(`/pods/${name}`)));
   });
 
   it('the taint remover is off by default and needs API access', () => {

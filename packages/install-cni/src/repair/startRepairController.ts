@@ -119,6 +119,9 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
     ...(options.retryDelayMs === undefined ? {} : { queue: { retryDelayMs: options.retryDelayMs } }),
   });
   watch.pods.onChange((_type, pod) => controller.podChanged(pod));
+  // A shared informer may have listed the node's pods before this subscription: those already
+  // broken would otherwise wait for their next status change.
+  if (sharing) for (const pod of watch.pods.list()) controller.podChanged(pod);
   void watch.synced.then(() => logger.info('repair controller started', { mode, node: nodeName }));
   return {
     controller,
