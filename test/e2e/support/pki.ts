@@ -62,24 +62,7 @@ export async function makeClusterPki(dir: string, options: ClusterPkiOptions = {
       '',
     ].join('\n'),
   );
-  await runCommand([
-    'openssl',
-    'x509',
-    '-req',
-    '-in',
-    csr,
-    '-CA',
-    pki.caCert,
-    '-CAkey',
-    pki.caKey,
-    '-CAcreateserial',
-    '-days',
-    String(options.days ?? 2),
-    '-extfile',
-    ext,
-    '-out',
-    pki.servingCert,
-  ]);
+  await signWithCa(pki, csr, ext, options.days ?? 2, pki.servingCert);
   const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   writeFileSync(pki.serviceAccountPublicKey, publicKey.export({ type: 'spki', format: 'pem' }));
   writeFileSync(pki.serviceAccountSigningKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
@@ -104,23 +87,12 @@ export async function makeClientCertificate(
       '\n',
     ),
   );
-  await runCommand([
-    'openssl',
-    'x509',
-    '-req',
-    '-in',
-    csr,
-    '-CA',
-    pki.caCert,
-    '-CAkey',
-    pki.caKey,
-    '-CAcreateserial',
-    '-days',
-    String(subject.days ?? 2),
-    '-extfile',
-    ext,
-    '-out',
-    cert,
-  ]);
+  await signWithCa(pki, csr, ext, subject.days ?? 2, cert);
   return [cert, key];
+}
+
+/** Signs a CSR with the cluster CA, extensions from `ext`. */
+async function signWithCa(pki: ClusterPki, csr: string, ext: string, days: number, out: string): Promise<void> {
+  const ca = ['-CA', pki.caCert, '-CAkey', pki.caKey, '-CAcreateserial'];
+  await runCommand(['openssl', 'x509', '-req', '-in', csr, ...ca, '-days', String(days), '-extfile', ext, '-out', out]);
 }
