@@ -21,7 +21,16 @@ const NODE_PRIVATE_PATHS = [
   { hostPath: '/etc/cni/net.d', nodeDir: 'cni/net.d' },
   { hostPath: '/opt/cni/bin', nodeDir: 'cni/bin' },
   { hostPath: '/run/istio-cni', nodeDir: 'run/istio-cni' },
+  // The agent's ZDS socket (ambient): a fake ztunnel on the host connects to it in the node's directory.
+  { hostPath: '/run/ztunnel', nodeDir: 'run/ztunnel' },
 ] as const;
+
+/** Where a node-private host path (see NODE_PRIVATE_PATHS) is on this machine. */
+export function nodePrivateDir(node: NodeLayout, hostPath: (typeof NODE_PRIVATE_PATHS)[number]['hostPath']): string {
+  const entry = NODE_PRIVATE_PATHS.find((p) => p.hostPath === hostPath);
+  if (entry === undefined) throw new Error(`${hostPath} is not node-private`);
+  return join(node.dir, entry.nodeDir);
+}
 
 /**
  * Host-wide sysctls kubelet sets at start (its "kernel tunables": vm.overcommit_memory=1,

@@ -1,26 +1,39 @@
-// The install, sidecar, upgrade, daemon-killed, uninstall and repair scenarios on the cluster `make up` starts (two nodes, the node image from
-// IMAGE_ARCHIVE, the chart's default values), driven through the Kubernetes API: pods are created in the
-// API and run by kubelet; what they saw comes back through their logs.
+// The cluster scenarios on the cluster `make up` starts (two nodes, the node image from IMAGE_ARCHIVE,
+// the chart's default values until scenario 7 reinstalls it with the readiness taint and scenario 3
+// upgrades it to ambient), driven through the Kubernetes API: pods are created in the API and run by
+// kubelet; what they saw comes back through their logs. Run in the order written.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
+import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
 import type { KubeClient } from '../support/kubeClient.ts';
+import { podRules, probeTraffic, type StartedPod } from '../support/pods.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
-import { RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
-import {
-  bringUp,
-  DAEMONSET,
-  describeNamespace,
-  helm,
-  helmInstall,
-  waitDaemonSetReady,
-  WORKLOAD_IMAGE,
-  type LocalCluster,
-} from './localCluster.ts';
+import { bringUp, DAEMONSET, describeNamespace, helm, helmInstall, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
+import { nodePrivateDir, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
+import {
+  container,
+  isReady,
+  linesNamingPod,
+  NOWHERE,
+  probe,
+  probeLoop,
+  probeOnce,
+  serve,
+  summarizeUpgradeFailures,
+  watchGaps,
+  validationContainer,
+  waitFor,
+  whenListening,
+  type Pod,
+  type SandboxFailureEvent,
+} from './workloads.ts';
 
 const NODES = 2;
 const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -28,118 +41,151 @@ const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8'
 const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
 const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
 const NS = 'e2e-cluster';
-/** An address nothing answers on: only a capture rule can make a connection to it succeed. */
-const NOWHERE = '192.0.2.123';
+const AMBIENT_NS = 'e2e-cluster-ambient';
+const DATAPLANE_MODE = 'istio.io/dataplane-mode';
+const REDIRECTION = 'ambient.istio.io/redirection';
+const READINESS_TAINT = 'cni.istio.io/not-ready';
+/** Scenario 4 creates a sidecar pod this often while the agents are replaced (at most CHURN_MAX). */
+const CHURN_INTERVAL_MS = 1_000;
+const CHURN_MAX = 40;
+/**
+ * docs/architecture.md ("Degraded mode", upgrades): during a rolling restart, a node's chain lacks
+ * `istio-cni` (and sidecar pods created then start uncaptured, to be repaired) for at most this long.
+ */
+const UPGRADE_WINDOW_BOUND_MS = 30_000;
 
-type ContainerState = { terminated?: { exitCode?: number } };
+type Taint = { key: string; value?: string; effect: string };
 
-interface Pod {
-  metadata: { name: string; annotations?: Record<string, string> };
-  spec: { nodeName?: string };
-  status?: {
-    phase?: string;
-    podIP?: string;
-    conditions?: { type: string; status: string }[];
-    containerStatuses?: { name: string; restartCount: number; containerID?: string }[];
-    initContainerStatuses?: { name: string; state?: ContainerState; lastState?: ContainerState }[];
-  };
-}
-
-const container = (name: string, script: string, user?: number) => ({
-  name,
-  image: WORKLOAD_IMAGE,
-  imagePullPolicy: 'Never',
-  command: ['sh', '-c', script],
-  ...(user === undefined ? {} : { securityContext: { runAsUser: user, runAsGroup: user } }),
-});
-
-/** Answers every connection on port with its name (busybox nc: `-ll` keeps listening). */
-const serve = (port: number, answer: string) => `nc -ll -p ${port} -e echo ${answer}`;
-/** Connects until something answers, prints `answer:<what it said>`, then idles. */
-const probe = (host: string, port: number) =>
-  `until out=$(nc -w 2 ${host} ${port} </dev/null) && [ -n "$out" ]; do sleep 1; done; echo "answer:$out"; sleep 86400`;
-/** Connects a few times, prints `answer:<what it said>` or `answer:none`, then idles. */
-const probeOnce = (host: string, port: number) =>
-  `out=; for i in 1 2 3; do out=$(nc -w 2 ${host} ${port} </dev/null) && [ -n "$out" ] && break; sleep 1; done; echo "answer:\${out:-none}"; sleep 86400`;
-/** Connects every second for ever, printing `tick:<n>:<what it said or none>`. */
-const probeLoop = (host: string, port: number) =>
-  `i=0; while true; do i=$((i+1)); out=$(nc -w 2 ${host} ${port} </dev/null); echo "tick:$i:\${out:-none}"; sleep 1; done`;
-/** Until `check` returns a value or timeoutMs passes; the error names `what`. */
-async function waitFor<T>(
-  what: string,
-  check: () => Promise<T | undefined>,
-  timeoutMs: number,
-  detail?: () => Promise<string>,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s${detail ? `\n${await detail()}` : ''}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-}
-
-describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
+describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
   let cluster: LocalCluster;
+  const ztunnels = new Map<string, FakeZtunnel>();
   const api = (): KubeClient => cluster.controlPlane.api;
+  const nodeNamed = (index: number): RunningNode => {
+    const node = cluster.nodes[index];
+    assert.ok(node !== undefined, `node ${index + 1} of ${cluster.nodes.length}`);
+    return node;
+  };
 
-  const createPod = async (name: string, nodeName: string, containers: unknown[], annotations: Record<string, string> = {}) => {
-    await api().must('POST', `/api/v1/namespaces/${NS}/pods`, {
+  const createNamespace = async (name: string, labels: Record<string, string> = {}) => {
+    await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+    // The controller-manager creates the namespace's default service account, which pods need.
+    await waitFor(
+      `the default service account in ${name}`,
+      async () => ((await api().request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
+      60_000,
+    );
+  };
+  const createPod = async (
+    name: string,
+    nodeName: string,
+    containers: unknown[],
+    options: { annotations?: Record<string, string>; namespace?: string; initContainers?: unknown[] } = {},
+  ): Promise<void> => {
+    const { annotations = {}, namespace = NS, initContainers = [] } = options;
+    await api().must('POST', `/api/v1/namespaces/${namespace}/pods`, {
       apiVersion: 'v1',
       kind: 'Pod',
-      metadata: { name, namespace: NS, annotations },
-      spec: { nodeName, terminationGracePeriodSeconds: 1, containers },
+      metadata: { name, namespace, annotations },
+      spec: { nodeName, terminationGracePeriodSeconds: 1, initContainers, containers },
     });
   };
-  const waitPod = async (name: string, ready: (pod: Pod) => boolean, what: string, timeoutMs = 120_000): Promise<Pod> => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const pod = await api().must<Pod>('GET', `/api/v1/namespaces/${NS}/pods/${name}`);
-      if (ready(pod)) return pod;
-      if (Date.now() > deadline) {
-        throw new Error(`pod ${NS}/${name} not ${what} within ${timeoutMs / 1000} s\n${await describeNamespace(cluster.controlPlane, NS)}`);
-      }
-      await new Promise((r) => setTimeout(r, 500));
-    }
-  };
-  const running = (pod: Pod) => pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
+  const getPod = (name: string, namespace = NS) => api().must<Pod>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
+  const waitPod = async (name: string, ready: (pod: Pod) => boolean, what: string, timeoutMs = 120_000, namespace = NS): Promise<Pod> =>
+    waitFor(
+      `pod ${namespace}/${name} ${what}`,
+      async () => {
+        const pod = await getPod(name, namespace);
+        return ready(pod) ? pod : undefined;
+      },
+      timeoutMs,
+      () => describeNamespace(cluster.controlPlane, namespace),
+    );
   /** The `answer:` line a probe container printed. */
   const answer = async (pod: string, containerName: string, timeoutMs = 60_000): Promise<string> => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const res = await api().request('GET', `/api/v1/namespaces/${NS}/pods/${pod}/log?container=${containerName}`);
-      const line = res.text.split('\n').find((l) => l.startsWith('answer:'));
-      if (line !== undefined) return line.slice('answer:'.length);
-      if (Date.now() > deadline) {
-        throw new Error(
-          `${pod}/${containerName} printed no answer line within ${timeoutMs / 1000} s (log ${res.status}: ${res.text.slice(0, 1000)})`,
-        );
-      }
-      await new Promise((r) => setTimeout(r, 500));
-    }
+    let last = '';
+    return waitFor(
+      `${pod}/${containerName} printing an answer line`,
+      async () => {
+        const res = await api().request('GET', `/api/v1/namespaces/${NS}/pods/${pod}/log?container=${containerName}`);
+        last = `log ${res.status}: ${res.text.slice(0, 1000)}`;
+        return res.text
+          .split('\n')
+          .find((l) => l.startsWith('answer:'))
+          ?.slice('answer:'.length);
+      },
+      timeoutMs,
+      async () => `${last}\n${await describeNamespace(cluster.controlPlane, NS)}`,
+    );
   };
+  const agentPods = async (): Promise<Pod[]> =>
+    (await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)).items;
+  const agentPodOn = async (nodeName: string): Promise<Pod> => {
+    const pod = (await agentPods()).find((p) => p.spec.nodeName === nodeName && p.metadata.deletionTimestamp === undefined);
+    assert.ok(pod !== undefined, `an ${DAEMONSET} pod on ${nodeName}`);
+    return pod;
+  };
+  const agentLog = async (pod: string, previous: boolean): Promise<string> =>
+    (
+      await api().request(
+        'GET',
+        `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${pod}/log?container=install-cni${previous ? '&previous=true' : ''}`,
+      )
+    ).text;
+  /**
+   * A sidecar-style pod: its "proxy" answers on 15001; `outbound` runs once it does. With
+   * `validation`, istio-validation runs first, as in an injected pod.
+   */
+  const sidecarPod = (name: string, nodeName: string, outbound: string, options: { validation?: boolean } = {}) =>
+    createPod(
+      name,
+      nodeName,
+      [container('istio-proxy', serve(15001, 'proxy-15001'), 1337), container('outbound', whenListening(15001, 'proxy-15001', outbound))],
+      {
+        annotations: { 'sidecar.istio.io/status': SIDECAR_STATUS },
+        initContainers: options.validation === true ? [validationContainer()] : [],
+      },
+    );
+  /** What each `tick:` line of a probeLoop container said, in order. */
+  const ticks = async (pod: string, containerName: string): Promise<string[]> => {
+    const res = await api().request('GET', `/api/v1/namespaces/${NS}/pods/${pod}/log?container=${containerName}`);
+    return res.text
+      .split('\n')
+      .filter((l) => l.startsWith('tick:'))
+      .map((l) => l.split(':').slice(2).join(':'));
+  };
+  const conflistTypes = (node: RunningNode): string[] =>
+    (
+      JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] }
+    ).plugins.map((p) => p.type);
+  const nodeTaints = async (nodeName: string): Promise<Taint[]> =>
+    (await api().must<{ spec: { taints?: Taint[] } }>('GET', `/api/v1/nodes/${nodeName}`)).spec.taints ?? [];
+  /** Every agent pod replaced (none of `oldPods` left) and Ready, one per node. */
+  const waitAgentsReplaced = (oldPods: ReadonlySet<string>) =>
+    waitFor(
+      `every ${DAEMONSET} pod replaced and Ready`,
+      async () => {
+        const pods = await agentPods();
+        return pods.length === cluster.nodes.length && pods.every((p) => !oldPods.has(p.metadata.name) && isReady(p)) ? true : undefined;
+      },
+      180_000,
+      () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
+    );
 
   before(async () => {
     cluster = await bringUp({ nodes: NODES, image: IMAGE, imageTar: IMAGE_ARCHIVE });
-    await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-    // The controller-manager creates the namespace's default service account, which pods need.
-    const deadline = Date.now() + 60_000;
-    while ((await api().request('GET', `/api/v1/namespaces/${NS}/serviceaccounts/default`)).status !== 200) {
-      if (Date.now() > deadline) throw new Error(`the controller-manager created no default service account in ${NS} within 60 s`);
-      await new Promise((r) => setTimeout(r, 500));
-    }
+    await createNamespace(NS);
   });
 
   after(async () => {
+    for (const zt of ztunnels.values()) zt.close();
     const state = loadState();
     if (state !== undefined) assert.deepEqual(await tearDown(state), [], 'the cluster left something behind');
   });
 
   it('1 install: the DaemonSet runs on every node; its installer copied the plugin into the node CNI bin dir and chained it last', async () => {
-    const pods = await api().must<{ items: Pod[] }>('GET', '/api/v1/namespaces/istio-system/pods?labelSelector=k8s-app%3Distio-cni-node');
-    assert.deepEqual(pods.items.map((p) => p.spec.nodeName).sort(), cluster.nodes.map((n) => n.layout.name).sort());
-    assert.ok(pods.items.every(running), 'every istio-cni-node pod is Ready');
+    const pods = await agentPods();
+    assert.deepEqual(pods.map((p) => p.spec.nodeName).sort(), cluster.nodes.map((n) => n.layout.name).sort());
+    assert.ok(pods.every(isReady), 'every istio-cni-node pod is Ready');
     const plugin = readFileSync(join(REPO_ROOT, 'dist/istio-cni'));
     for (const node of cluster.nodes) {
       const binDir = join(node.layout.dir, 'cni/bin');
@@ -147,20 +193,12 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
         readFileSync(join(binDir, 'istio-cni')).equals(plugin),
         `${node.layout.name}: the node's istio-cni is the image's (dist/istio-cni)`,
       );
-      const conflist = JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as {
-        plugins: { type: string }[];
-      };
-      assert.deepEqual(
-        conflist.plugins.map((p) => p.type),
-        ['bridge', 'portmap', 'istio-cni'],
-        `${node.layout.name}: chained after the primary plugins`,
-      );
+      assert.deepEqual(conflistTypes(node), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: chained after the primary plugins`);
     }
   });
 
   it('2 sidecar pod: outbound reaches 15001, inbound from another node reaches 15006; a plain pod is untouched', async () => {
-    const [node1, node2] = cluster.nodes.map((n) => n.layout.name);
-    assert.ok(node1 !== undefined && node2 !== undefined);
+    const [node1, node2] = [nodeNamed(0).layout.name, nodeNamed(1).layout.name];
     await createPod('plain-server', node1, [container('app', serve(8080, 'plain-8080'))]);
     await createPod(
       'sidecar',
@@ -171,10 +209,10 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
         container('istio-proxy', `${serve(15001, 'proxy-15001')} & ${serve(15006, 'proxy-15006')} & wait`, 1337),
         container('outbound', probe(NOWHERE, 80)),
       ],
-      { 'sidecar.istio.io/status': SIDECAR_STATUS },
+      { annotations: { 'sidecar.istio.io/status': SIDECAR_STATUS } },
     );
-    const plain = await waitPod('plain-server', running, 'Ready');
-    const sidecar = await waitPod('sidecar', running, 'Ready');
+    const plain = await waitPod('plain-server', isReady, 'Ready');
+    const sidecar = await waitPod('sidecar', isReady, 'Ready');
     assert.equal(await answer('sidecar', 'outbound'), 'proxy-15001');
 
     await createPod('client', node2, [
@@ -185,38 +223,29 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     assert.equal(await answer('client', 'to-plain'), 'plain-8080');
   });
 
-  const agentPods = async (): Promise<Pod[]> =>
-    (await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)).items;
-  const agentLog = async (pod: string, previous: boolean): Promise<string> =>
-    (
-      await api().request(
-        'GET',
-        `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${pod}/log?container=install-cni${previous ? '&previous=true' : ''}`,
-      )
-    ).text;
-  const sidecarPod = (name: string, nodeName: string, outbound: string) =>
-    createPod(name, nodeName, [container('istio-proxy', serve(15001, 'proxy-15001'), 1337), container('outbound', outbound)], {
-      'sidecar.istio.io/status': SIDECAR_STATUS,
-    });
+  it("8 two nodes: each node's agent programs its own node's pods and never names the other node's", async () => {
+    const [node1, node2] = [nodeNamed(0).layout.name, nodeNamed(1).layout.name];
+    await sidecarPod('sidecar-node2', node2, probe(NOWHERE, 80));
+    assert.equal(await answer('sidecar-node2', 'outbound'), 'proxy-15001');
+    const logOn = async (nodeName: string) => agentLog((await agentPodOn(nodeName)).metadata.name, false);
+    const [log1, log2] = [await logOn(node1), await logOn(node2)];
+    const programmed = (log: string, pod: string) => linesNamingPod(log, NS, pod).some((l) => l.includes('sidecar capture programmed'));
+    assert.ok(programmed(log1, 'sidecar'), `${node1}'s agent programmed ${NS}/sidecar (its log: ${log1.slice(-2000)})`);
+    assert.ok(programmed(log2, 'sidecar-node2'), `${node2}'s agent programmed ${NS}/sidecar-node2 (its log: ${log2.slice(-2000)})`);
+    for (const pod of ['sidecar', 'plain-server']) {
+      assert.deepEqual(linesNamingPod(log2, NS, pod), [], `${node2}'s agent never names ${node1}'s pod ${pod}`);
+    }
+    for (const pod of ['sidecar-node2', 'client']) {
+      assert.deepEqual(linesNamingPod(log1, NS, pod), [], `${node1}'s agent never names ${node2}'s pod ${pod}`);
+    }
+  });
 
-  /** What each `tick:` line of a probeLoop container said, in order. */
-  const ticks = async (pod: string, containerName: string): Promise<string[]> => {
-    const res = await api().request('GET', `/api/v1/namespaces/${NS}/pods/${pod}/log?container=${containerName}`);
-    return res.text
-      .split('\n')
-      .filter((l) => l.startsWith('tick:'))
-      .map((l) => l.split(':').slice(2).join(':'));
-  };
-  const conflistTypes = (node: LocalCluster['nodes'][number]): string[] =>
-    (
-      JSON.parse(readFileSync(join(node.layout.dir, 'cni/net.d/10-bridge.conflist'), 'utf8')) as { plugins: { type: string }[] }
-    ).plugins.map((p) => p.type);
-
-  it('4 rollout restart (an upgrade): the config stays chained, a running sidecar pod never loses its capture, a new one gets it', async () => {
-    const [node1] = cluster.nodes.map((n) => n.layout.name);
-    assert.ok(node1 !== undefined);
+  it('4 rollout restart (an upgrade): the config stays chained, a running sidecar pod keeps its capture, sidecar pods created throughout end up captured (repaired when they came up in the gap)', {
+    timeout: 600_000,
+  }, async (t) => {
+    const node1 = nodeNamed(0).layout.name;
     await sidecarPod('sidecar-during-upgrade', node1, probeLoop(NOWHERE, 80));
-    await waitPod('sidecar-during-upgrade', running, 'Ready');
+    await waitPod('sidecar-during-upgrade', isReady, 'Ready');
     await waitFor(
       'sidecar-during-upgrade/outbound: a first tick',
       async () => ((await ticks('sidecar-during-upgrade', 'outbound')).length > 0 ? true : undefined),
@@ -224,23 +253,46 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     );
     const oldPods = new Set((await agentPods()).map((p) => p.metadata.name));
 
-    // What `kubectl rollout restart` does: a new template annotation, so every pod is replaced.
-    await api().must(
-      'PATCH',
-      `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`,
-      { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': new Date().toISOString() } } } } },
-      { contentType: 'application/strategic-merge-patch+json' },
-    );
-    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
-    await waitFor(
-      `every ${DAEMONSET} pod replaced and Ready`,
-      async () => {
-        const pods = await agentPods();
-        return pods.length === cluster.nodes.length && pods.every((p) => !oldPods.has(p.metadata.name) && running(p)) ? true : undefined;
-      },
-      120_000,
-      () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
-    );
+    // Pods keep arriving on node 1 while its agent pod terminates and its successor starts: from just
+    // before the restart until two more after every agent pod is replaced.
+    const churn: string[] = [];
+    let rolledOut = false;
+    const creating = (async () => {
+      for (let extra = 0; extra < 2 && churn.length < CHURN_MAX; ) {
+        const name = `sidecar-churn-${churn.length}`;
+        await sidecarPod(name, node1, probeOnce(NOWHERE, 80), { validation: true });
+        churn.push(name);
+        await sleep(CHURN_INTERVAL_MS);
+        if (rolledOut) extra++;
+      }
+    })();
+    const restartedAt = Date.now();
+    // The plugin in node 1's chain (its conflist entry and binary), sampled every 100 ms.
+    const node1Chain = watchGaps(() => {
+      try {
+        return conflistTypes(nodeNamed(0)).includes('istio-cni') && existsSync(join(nodeNamed(0).layout.dir, 'cni/bin/istio-cni'));
+      } catch {
+        return false; // unreadable: the runtime could not chain it either
+      }
+    }, 100);
+    try {
+      // What `kubectl rollout restart` does: a new template annotation, so every pod is replaced.
+      await api().must(
+        'PATCH',
+        `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`,
+        { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': new Date().toISOString() } } } } },
+        { contentType: 'application/strategic-merge-patch+json' },
+      );
+      await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
+      await waitAgentsReplaced(oldPods);
+    } finally {
+      rolledOut = true;
+      await creating;
+    }
+    const rolloutMs = Date.now() - restartedAt;
+    const churnEnded = Date.now();
+    const chainGaps = node1Chain.stop();
+    const chainGapMs = Math.max(0, ...chainGaps.map((g) => g.to - g.from));
     for (const node of cluster.nodes) {
       assert.deepEqual(conflistTypes(node), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: still chained after the restart`);
       assert.ok(existsSync(join(node.layout.dir, 'cni/bin/istio-cni')), `${node.layout.name}: the plugin is still installed`);
@@ -250,25 +302,67 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
     const all = await waitFor(
       'sidecar-during-upgrade/outbound: 3 ticks after the restart',
       async () => {
-        const t = await ticks('sidecar-during-upgrade', 'outbound');
-        return t.length >= seen + 3 ? t : undefined;
+        const ts = await ticks('sidecar-during-upgrade', 'outbound');
+        return ts.length >= seen + 3 ? ts : undefined;
       },
       60_000,
+      () => describeNamespace(cluster.controlPlane, NS),
     );
     assert.deepEqual(
       all.filter((a) => a !== 'proxy-15001'),
       [],
       'every outbound connection, before, during and after the restart, was captured',
     );
+
+    // Every pod created during the restart starts with its capture: kubelet retries a failed sandbox;
+    // one that came up while the node had no plugin in its chain fails its validation, is repaired
+    // in place by the new agent and passes on kubelet's retry.
+    const churned: Pod[] = [];
+    for (const name of churn) churned.push(await waitPod(name, isReady, 'Ready (created during the restart)', 240_000));
+    const events = await api().must<{ items: SandboxFailureEvent[] }>(
+      'GET',
+      `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent('reason=FailedCreatePodSandBox')}`,
+    );
+    const failed = summarizeUpgradeFailures(churned, events.items, restartedAt, churnEnded);
+    const list = (names: string[]) => (names.length === 0 ? '' : ` (${names.join(', ')})`);
+    t.diagnostic(
+      `${churn.length} sidecar pods created on ${node1} every ${CHURN_INTERVAL_MS / 1000} s during a ${(rolloutMs / 1000).toFixed(0)} s rollout: ` +
+        `${failed.sandboxFailures} failed sandbox creation(s)${list(failed.sandboxFailed)}, ` +
+        `${failed.uncaptured.length} sandbox(es) up without capture, repaired${list(failed.uncaptured)}; ` +
+        `longest window of failed creations ${(failed.longestWindowMs / 1000).toFixed(0)} s; ` +
+        `istio-cni out of ${node1}'s chain ${chainGaps.length} time(s), longest ${(chainGapMs / 1000).toFixed(1)} s`,
+    );
+    for (const [i, name] of churn.entries()) {
+      const said = await answer(name, 'outbound');
+      if (said === 'proxy-15001') continue;
+      const sandbox = await sandboxOf(nodeNamed(0), NS, name, churned[i]?.metadata.uid ?? '', churned[i]?.status?.podIP ?? '');
+      assert.fail(
+        `${name} (created during the restart) was not captured: it got ${said}; its netns rules:\n${await podRules(sandbox.netnsPath)}`,
+      );
+    }
+    assert.equal(
+      failed.sandboxFailures,
+      0,
+      `no sandbox creation fails during an upgrade\n${await describeNamespace(cluster.controlPlane, NS)}`,
+    );
+    assert.ok(
+      chainGapMs <= UPGRADE_WINDOW_BOUND_MS,
+      `istio-cni was out of ${node1}'s chain for ${chainGapMs / 1000} s during the upgrade (documented bound ${UPGRADE_WINDOW_BOUND_MS / 1000} s)`,
+    );
+    assert.ok(
+      failed.longestWindowMs <= UPGRADE_WINDOW_BOUND_MS,
+      `pod creations failed for ${failed.longestWindowMs / 1000} s during the upgrade (documented bound ` +
+        `${UPGRADE_WINDOW_BOUND_MS / 1000} s)\n${await describeNamespace(cluster.controlPlane, NS)}`,
+    );
+    for (const name of churn) await api().must('DELETE', `/api/v1/namespaces/${NS}/pods/${name}`);
+
     await sidecarPod('sidecar-after-upgrade', node1, probe(NOWHERE, 80));
     assert.equal(await answer('sidecar-after-upgrade', 'outbound'), 'proxy-15001');
   });
 
   it('5 daemon killed: a sidecar pod still gets its capture (degraded mode or the restarted agent); kubelet restarts the daemon', async (t) => {
-    const node = cluster.nodes[0];
-    assert.ok(node !== undefined);
-    const before = (await agentPods()).find((p) => p.spec.nodeName === node.layout.name);
-    assert.ok(before !== undefined, `an ${DAEMONSET} pod on ${node.layout.name}`);
+    const node = nodeNamed(0);
+    const before = await agentPodOn(node.layout.name);
     const restarts = before.status?.containerStatuses?.find((c) => c.name === 'install-cni')?.restartCount ?? 0;
     const id = (await node.crictl(['ps', '--name', 'install-cni', '-q'])).trim();
     assert.match(id, /^[0-9a-f]{64}$/, `one running install-cni container on ${node.layout.name}`);
@@ -282,7 +376,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
       async () => {
         const pod = (await agentPods()).find((p) => p.metadata.name === before.metadata.name);
         const now = pod?.status?.containerStatuses?.find((c) => c.name === 'install-cni')?.restartCount ?? 0;
-        return pod !== undefined && now > restarts && running(pod) ? true : undefined;
+        return pod !== undefined && now > restarts && isReady(pod) ? true : undefined;
       },
       120_000,
       () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
@@ -309,40 +403,160 @@ describe('istio-cni on a kubelet cluster', { timeout: 900_000 }, () => {
         `${node.layout.name}: istio-cni removed from the CNI bin dir`,
       );
     }
-    const [node1] = cluster.nodes.map((n) => n.layout.name);
-    assert.ok(node1 !== undefined);
+    const node1 = nodeNamed(0).layout.name;
     await sidecarPod('sidecar-after-uninstall', node1, probeOnce(NOWHERE, 80));
-    await waitPod('sidecar-after-uninstall', running, 'Ready');
+    await waitPod('sidecar-after-uninstall', isReady, 'Ready');
     assert.equal(await answer('sidecar-after-uninstall', 'outbound'), 'none');
   });
 
-  it('7 repair: a sidecar pod whose validation failed before the plugin was installed is repaired in place once it is', async () => {
-    const [node1] = cluster.nodes.map((n) => n.layout.name);
-    assert.ok(node1 !== undefined);
-    // What istio-validation checks: a connection to anywhere reaches the pod's own 15001; else exit 126.
-    const validation = container(
-      'istio-validation',
-      `nc -ll -p 15001 -e echo validated & sleep 0.5; out=$(nc -w 2 ${NOWHERE} 80 </dev/null); [ "$out" = validated ] || exit 126`,
-    );
-    await api().must('POST', `/api/v1/namespaces/${NS}/pods`, {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'sidecar-broken', namespace: NS, annotations: { 'sidecar.istio.io/status': SIDECAR_STATUS } },
-      spec: {
-        nodeName: node1,
-        terminationGracePeriodSeconds: 1,
-        initContainers: [validation],
-        containers: [container('istio-proxy', serve(15001, 'proxy-15001'), 1337), container('outbound', probe(NOWHERE, 80))],
-      },
-    });
+  it('7 reinstall with taint.enabled: the readiness taint is lifted from every node; a sidecar pod whose validation failed before the plugin was installed is repaired in place', {
+    timeout: 420_000,
+  }, async () => {
+    const node1 = nodeNamed(0).layout.name;
+    await sidecarPod('sidecar-broken', node1, probe(NOWHERE, 80), { validation: true });
     const broken = (pod: Pod) =>
       pod.status?.initContainerStatuses?.some((c) => (c.state?.terminated?.exitCode ?? c.lastState?.terminated?.exitCode) === 126) === true;
     await waitPod('sidecar-broken', broken, 'failing its validation with exit 126 (no plugin installed)', 60_000);
 
-    await helmInstall(IMAGE);
+    // As `kubelet --register-with-taints=cni.istio.io/not-ready=:NoSchedule` registers a node (these registered earlier).
+    const taintsBefore = new Map<string, Taint[]>();
+    for (const node of cluster.nodes) {
+      const taints = await nodeTaints(node.layout.name);
+      taintsBefore.set(node.layout.name, taints);
+      await api().must(
+        'PATCH',
+        `/api/v1/nodes/${node.layout.name}`,
+        { spec: { taints: [...taints, { key: READINESS_TAINT, effect: 'NoSchedule' }] } },
+        { contentType: 'application/merge-patch+json' },
+      );
+    }
+    await helmInstall(IMAGE, ['taint.enabled=true']);
     await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
+    for (const node of cluster.nodes) {
+      const left = await waitFor(
+        `${node.layout.name}: the readiness taint lifted by its agent`,
+        async () => {
+          const taints = await nodeTaints(node.layout.name);
+          return taints.some((tt) => tt.key === READINESS_TAINT) ? undefined : taints;
+        },
+        60_000,
+        () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
+      );
+      assert.deepEqual(left, taintsBefore.get(node.layout.name), `${node.layout.name}: only the readiness taint went`);
+    }
+
     // The init container retries with kubelet's back-off (10 s, 20 s, 40 s, ...).
-    await waitPod('sidecar-broken', running, 'Ready after the repair controller programmed its capture', 180_000);
+    await waitPod('sidecar-broken', isReady, 'Ready after the repair controller programmed its capture', 180_000);
     assert.equal(await answer('sidecar-broken', 'outbound'), 'proxy-15001');
   });
+
+  it('3 ambient (helm upgrade to profile=ambient): a pod in an ambient namespace is handed to its node ztunnel with its netns and redirected in-pod; un-enrolled and deleted, ztunnel gets a Del', {
+    timeout: 420_000,
+  }, async () => {
+    const node1 = nodeNamed(0);
+    const oldPods = new Set((await agentPods()).map((p) => p.metadata.name));
+    // The host-network variant: the agent's host rules belong in the node's netns, which is the
+    // one a host-network pod shares (ALLOW_SWITCH_TO_HOST_NS would pick PID 1's, this machine's).
+    await helm([
+      'upgrade',
+      RELEASE_NAME,
+      CHART_DIR,
+      '--namespace',
+      RELEASE_NAMESPACE,
+      '--reuse-values',
+      '--set',
+      'profile=ambient',
+      '--set',
+      'ambient.shareHostNetworkNamespace=true',
+    ]);
+    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
+    await waitAgentsReplaced(oldPods);
+
+    // The fake ztunnel of each node runs on the host and connects to the agent's socket in the node's dir.
+    for (const node of cluster.nodes) {
+      const path = join(nodePrivateDir(node.layout, '/run/ztunnel'), 'ztunnel.sock');
+      const zt = await waitFor(
+        `${node.layout.name}: a ZDS connection to ${path}`,
+        async () => startFakeZtunnel({ path }).catch(() => undefined),
+        60_000,
+        () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
+      );
+      ztunnels.set(node.layout.name, zt);
+      await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the snapshot of the first connection`, 30_000);
+    }
+    const zt1 = ztunnels.get(node1.layout.name);
+    const zt2 = ztunnels.get(nodeNamed(1).layout.name);
+    assert.ok(zt1 !== undefined && zt2 !== undefined);
+
+    await createNamespace(AMBIENT_NS, { [DATAPLANE_MODE]: 'ambient' });
+    const name = 'ambient-app';
+    await createPod(name, node1.layout.name, [container('app', 'sleep 86400')], { namespace: AMBIENT_NS });
+    const pod = await waitPod(name, isReady, 'Ready', 120_000, AMBIENT_NS);
+    const uid = pod.metadata.uid;
+    const started = await sandboxOf(node1, AMBIENT_NS, name, uid, pod.status?.podIP ?? '');
+    const netnsInode = statSync(started.netnsPath).ino;
+
+    const add = zt1.adds.find((a) => a.uid === uid && !a.inSnapshot);
+    assert.ok(add, `${node1.layout.name}'s ztunnel got an Add for the pod: ${zt1.log.join(', ')}`);
+    assert.equal(add.inode, netnsInode, "the fd ztunnel received is the pod's netns");
+    assert.equal(add.workload?.namespace, AMBIENT_NS);
+    assert.equal(add.workload?.name, name);
+    assert.deepEqual([...zt1.fdProblems, ...zt2.fdProblems], []);
+    assert.equal(
+      zt2.adds.some((a) => a.uid === uid),
+      false,
+      "the other node's ztunnel never got the pod",
+    );
+    assert.equal(pod.metadata.annotations?.[REDIRECTION], 'enabled', 'the redirection annotation');
+    // Real traffic from inside the pod's netns: outbound to a port nothing serves reaches ztunnel's
+    // 15001; a connection from outside the node (this machine) reaches 15006.
+    assert.deepEqual(await probeTraffic(started), { outbound: 'port 15001', inbound: 'port 15006' });
+
+    const relabel = (mode: string) =>
+      api().must(
+        'PATCH',
+        `/api/v1/namespaces/${AMBIENT_NS}`,
+        { metadata: { labels: { [DATAPLANE_MODE]: mode } } },
+        { contentType: 'application/merge-patch+json' },
+      );
+    const annotation = async () => (await getPod(name, AMBIENT_NS)).metadata.annotations?.[REDIRECTION];
+    const dels = () => zt1.dels.filter((d) => d === uid).length;
+    await relabel('none');
+    await zt1.waitFor(() => dels() === 1, 'the Del of the un-enrolled pod', 60_000);
+    await waitPod(
+      name,
+      (p) => p.metadata.annotations?.[REDIRECTION] === undefined,
+      'losing its redirection annotation',
+      60_000,
+      AMBIENT_NS,
+    );
+    assert.deepEqual(await probeTraffic(started), { outbound: 'ECONNREFUSED', inbound: 'ECONNREFUSED' }, 'traffic no longer captured');
+
+    // Enrolled again while it runs: the agent finds its netns in the node's /proc by cgroup pod UID.
+    const addsBefore = zt1.adds.length;
+    await relabel('ambient');
+    await zt1.waitFor(() => zt1.adds.slice(addsBefore).some((a) => a.uid === uid), 'the Add of the re-enrolled pod', 60_000);
+    assert.equal(zt1.adds.slice(addsBefore).find((a) => a.uid === uid)?.inode, netnsInode, 'found through /proc: the same netns');
+    await waitFor(
+      'the redirection annotation back',
+      async () => ((await annotation()) === 'enabled' ? true : undefined),
+      60_000,
+      () => describeNamespace(cluster.controlPlane, AMBIENT_NS),
+    );
+    assert.equal((await probeTraffic(started)).outbound, 'port 15001');
+
+    await api().must('DELETE', `/api/v1/namespaces/${AMBIENT_NS}/pods/${name}`);
+    await zt1.waitFor(() => dels() === 2, 'the Del of the deleted pod', 60_000);
+    assert.deepEqual([...zt1.fdProblems, ...zt2.fdProblems], []);
+  });
 });
+
+/** The pod's sandbox as the node's containerd runs it; its netns reached through the sandbox process. */
+async function sandboxOf(node: RunningNode, namespace: string, name: string, uid: string, ip: string): Promise<StartedPod> {
+  const sandboxId = (await node.crictl(['pods', '--namespace', namespace, '--name', `^${name}$`, '--state', 'ready', '-q'])).trim();
+  assert.match(sandboxId, /^[0-9a-f]{64}$/, `one ready sandbox of ${namespace}/${name} on ${node.layout.name}`);
+  const inspected = JSON.parse(await node.crictl(['inspectp', sandboxId])) as { info?: { pid?: number } };
+  const pid = inspected.info?.pid;
+  assert.ok(pid !== undefined && pid > 0, `the sandbox process of ${namespace}/${name}`);
+  return { namespace, name, uid, sandboxId, ip, netnsPath: `/proc/${pid}/ns/net` };
+}
