@@ -14,6 +14,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writ
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
+import { warmDaemonCodeCache } from './sea/warmDaemonCodeCache.ts';
 import { warmPluginCodeCache } from './sea/warmPluginCodeCache.ts';
 
 const root = resolve(import.meta.dirname, '..');
@@ -28,8 +29,8 @@ const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
 interface Target {
   name: string;
   entry: string;
-  /** Embed the bundle with a code cache warmed by a build-time ADD (see scripts/sea/). */
-  warmCodeCache?: boolean;
+  /** Embed the bundle with a code cache warmed by a build-time run (see scripts/sea/): an ADD, or a daemon start. */
+  warmCodeCache?: 'plugin' | 'daemon';
   /** Node.js and V8 flags the executable always starts with (sea-config `execArgv`). */
   execArgv?: string[];
   /** Files embedded in the executable, read at run time with `node:sea` `getAsset`. */
@@ -57,7 +58,7 @@ const targets: Target[] = [
   {
     name: 'istio-cni',
     entry: 'packages/istio-cni/src/main.ts',
-    warmCodeCache: true,
+    warmCodeCache: 'plugin',
     verify(exe, cwd) {
       const out = run(exe, [], {
         cwd,
@@ -78,11 +79,17 @@ const targets: Target[] = [
     // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
     // compiler code. Measured in bench/ambient.ts (README, "Daemon runtime flags").
     execArgv: ['--max-semi-space-size=1', '--no-opt', '--no-maglev'],
+    // Every daemon start (a rolling update, a crash) compiles its start-up path; the cache has it.
+    warmCodeCache: 'daemon',
     // koffi's native addon (SEQPACKET sockets with SCM_RIGHTS for ZDS) cannot be required from
     // inside the blob; the dataplane's loadKoffi() extracts this copy and dlopens it.
     assets: { 'koffi.node': join(root, 'node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node') },
     verify(exe, cwd) {
-      const out = run(exe, ['--version'], { cwd, env: cleanEnv, stderrMustBeEmpty: true }).trim();
+      const out = run(exe, ['--version'], {
+        cwd,
+        env: { ...cleanEnv, ISTIO_CNI_CHECK_CODE_CACHE: '1' },
+        stderrMustBeEmpty: true,
+      }).trim();
       if (out !== version) throw new Error(`--version printed ${JSON.stringify(out)}, want ${version}`);
       const check = run(exe, ['check-runtime'], { cwd, env: cleanEnv, stderrMustBeEmpty: true }).trim();
       if (!check.endsWith('ok')) throw new Error(`check-runtime printed ${JSON.stringify(check)}`);
@@ -118,7 +125,8 @@ async function bundle(target: Target): Promise<string> {
 async function seaEntry(target: Target, bundleFile: string): Promise<{ main: string; assets: Record<string, string> }> {
   if (!target.warmCodeCache) return { main: bundleFile, assets: target.assets ?? {} };
   const cacheFile = join(buildDir, `${target.name}.cache`);
-  await warmPluginCodeCache(nodeBinary, bundleFile, cacheFile);
+  if (target.warmCodeCache === 'daemon') await warmDaemonCodeCache(nodeBinary, target.execArgv ?? [], bundleFile, cacheFile);
+  else await warmPluginCodeCache(nodeBinary, bundleFile, cacheFile);
   const loader = join(buildDir, `${target.name}-loader.cjs`);
   await build({
     entryPoints: [join(root, 'scripts/sea/codeCacheLoader.cjs')],

@@ -1,6 +1,7 @@
 'use strict';
-// The plugin executable's main script: compiles the embedded bundle with the warmed code cache
-// (see warmCodeCache.cjs) and runs it. Start-up is the pod-start latency users pay.
+// The main script of both executables: compiles the embedded bundle with the warmed code cache
+// (see warmCodeCache.cjs) and runs it. The plugin's start-up is the pod-start latency users pay;
+// the daemon's, the node's time without an agent on every restart.
 const vm = require('node:vm');
 const { getAsset } = require('node:sea');
 const { wrap, FILENAME } = require('./wrapper.cjs');

@@ -7,6 +7,8 @@ const vm = require('node:vm');
 const { wrap, FILENAME } = require('./wrapper.cjs');
 
 const [bundlePath, cachePath] = process.argv.slice(2);
+// The bundle sees the arguments the executable would get: none.
+process.argv.splice(2);
 const script = new vm.Script(wrap(fs.readFileSync(bundlePath, 'utf8')), { filename: FILENAME });
 process.on('exit', () => fs.writeFileSync(cachePath, script.createCachedData()));
 const mod = { exports: {} };

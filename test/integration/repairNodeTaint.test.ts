@@ -40,7 +40,7 @@ describe('node readiness taint', { timeout: 60_000 }, () => {
     );
     t.after(() => daemon.stop());
 
-    await daemon.waitForLog((e) => e.msg === 'pod and namespace informers synced');
+    await daemon.waitForLog((e) => e.msg === 'informers synced');
     await daemon.waitForLog((e) => e.msg === 'chained plugin but no valid CNI network config yet; waiting');
     const nodeCalls = () => api.requests.filter((r) => r.includes(`/api/v1/nodes/${TEST_NODE}`));
     assert.deepEqual(nodeCalls(), [], 'the agent is synced but the plugin is not installed: the node is not touched');

@@ -14,10 +14,10 @@ const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString('hex');
 
 test('schema: package, messages and field numbers are those of zds.proto', () => {
   const fields = (name: string) =>
-    Object.fromEntries(Object.values(zdsRoot.lookupType(`istio.workload.zds.${name}`).fields).map((f) => [f.name, `${f.id}:${f.type}`]));
+    Object.fromEntries(Object.values(zdsRoot().lookupType(`istio.workload.zds.${name}`).fields).map((f) => [f.name, `${f.id}:${f.type}`]));
   assert.deepEqual(fields('ZdsHello'), { version: '1:Version' });
   assert.deepEqual(fields('WorkloadInfo'), { name: '1:string', namespace: '2:string', service_account: '3:string' });
-  assert.deepEqual(zdsRoot.lookupType('istio.workload.zds.WorkloadInfo').reserved, [[4, 4], 'trust_domain']);
+  assert.deepEqual(zdsRoot().lookupType('istio.workload.zds.WorkloadInfo').reserved, [[4, 4], 'trust_domain']);
   assert.deepEqual(fields('AddWorkload'), { uid: '1:string', workload_info: '2:WorkloadInfo' });
   assert.deepEqual(fields('KeepWorkload'), { uid: '1:string' });
   assert.deepEqual(fields('DelWorkload'), { uid: '2:string' });
@@ -29,9 +29,14 @@ test('schema: package, messages and field numbers are those of zds.proto', () =>
     del: '2:DelWorkload',
     snapshot_sent: '3:SnapshotSent',
   });
-  assert.deepEqual(zdsRoot.lookupType('istio.workload.zds.WorkloadRequest').oneofs.payload?.oneof, ['add', 'keep', 'del', 'snapshot_sent']);
+  assert.deepEqual(zdsRoot().lookupType('istio.workload.zds.WorkloadRequest').oneofs.payload?.oneof, [
+    'add',
+    'keep',
+    'del',
+    'snapshot_sent',
+  ]);
   assert.deepEqual(fields('WorkloadResponse'), { ack: '1:Ack' });
-  assert.deepEqual(zdsRoot.lookupEnum('istio.workload.zds.Version').values, { NOT_USED: 0, V1: 1 });
+  assert.deepEqual(zdsRoot().lookupEnum('istio.workload.zds.Version').values, { NOT_USED: 0, V1: 1 });
 });
 
 // Expected bytes are what Go's proto.Marshal writes for the same messages (proto3: defaults omitted).

@@ -1,20 +1,21 @@
-import { parseEnablementSelectors } from '@istio-cni/capture';
 import { LOG_SOCKET, PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
-import { startHandoffServer, type HandoffServer } from './agent/handoffServer.ts';
-import { noApiHandler } from './agent/noApiHandler.ts';
-import { startNodeAgent, type NodeAgent } from './agent/startNodeAgent.ts';
-import { startHealthServer } from './health/healthServer.ts';
+import type { HandoffServer } from './agent/handoffServer.ts';
+import type { NodeAgent } from './agent/startNodeAgent.ts';
 import { Installer, installerSettings } from './installer/installer.ts';
 import type { ThrottleOptions } from './installer/installThrottle.ts';
-import { shouldKeepOnShutdown, type DaemonSetLookup } from './installer/upgradeSafety.ts';
-import { startLogSinkServer, type LogSinkServer } from './logSink/logSinkServer.ts';
-import { createMetrics } from './metrics/installMetrics.ts';
-import { startMetricsServer, type HttpServerHandle } from './metrics/metricsServer.ts';
-import { startRepairController } from './repair/startRepairController.ts';
+import type { DaemonSetLookup } from './installer/upgradeSafety.ts';
+import type { LogSinkServer } from './logSink/logSinkServer.ts';
+import type { HttpServerHandle } from './metrics/metricsServer.ts';
 import { checkInstallerPaths } from './settings/checkPaths.ts';
 import { isOwnedMode, type Settings } from './settings/settings.ts';
-import { startNodeTaintRemover } from './taint/startNodeTaintRemover.ts';
+
+/**
+ * Everything the daemon runs besides the installer, loaded only once the installer's first pass has
+ * started (docs/architecture.md "Executables"): the plugin copy then overlaps the loading of this code.
+ */
+type Services = typeof import('./daemonServices.ts');
+const loadServices = (): Promise<Services> => import('./daemonServices.ts');
 
 export interface DaemonOptions {
   settings: Settings;
@@ -35,7 +36,8 @@ type Closer = () => Promise<unknown>;
 /**
  * Runs the node daemon until `signal` aborts (upstream `cni/pkg/cmd/root.go` order): metrics, plugin log sink, health,
  * hand-off server (before the plugin is installed, so the first ADD finds the agent), then the
- * installer loop. Shutdown (docs/architecture.md "Where we differ from upstream") cleans up unless this is an upgrade.
+ * installer loop. The installer's first binary copy and kubeconfig start before all of these; its
+ * CNI config waits for them. Shutdown (docs/architecture.md "Where we differ from upstream") cleans up unless this is an upgrade.
  */
 export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promise<void> {
   const { logger, settings } = opts;
@@ -46,21 +48,26 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   const agentFailure = new AbortController();
   let agent: NodeAgent | undefined;
   let failure: unknown;
-  const metrics = createMetrics();
-  // Optional readiness taint (not upstream): lifted once installed and synced, never re-added.
-  const taint = startNodeTaintRemover({ settings, kubeconfigPath: opts.kubeconfigPath, logger });
-  const readinessChanged = () => taint?.readinessChanged(readiness.install && readiness.agent);
+  let readinessChanged = (): void => undefined;
   const installer = new Installer({
     settings: installerSettings(settings),
     logger: logger.with({ component: 'installer' }),
-    metrics,
     ...(opts.throttle ? { throttle: opts.throttle } : {}),
     onReadyChange: (ready) => {
       readiness.install = ready;
       readinessChanged();
     },
   });
+  installer.prepare();
   try {
+    const services = await loadServices();
+    const { createMetrics, startHandoffServer, startHealthServer, startLogSinkServer, startMetricsServer, noApiHandler } = services;
+    const { startNodeTaintRemover, startRepairController } = services;
+    const metrics = createMetrics();
+    installer.attachMetrics(metrics);
+    // Optional readiness taint (not upstream): lifted once installed and synced, never re-added.
+    const taint = startNodeTaintRemover({ settings, kubeconfigPath: opts.kubeconfigPath, logger });
+    readinessChanged = () => taint?.readinessChanged(readiness.install && readiness.agent);
     if (taint) closers.push(async () => taint.stop());
     let metricsServer: HttpServerHandle | undefined;
     if (settings.monitoringPort > 0) {
@@ -81,7 +88,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       () => readiness.install && (readiness.agent || !settings.ambientEnabled),
     );
     closers.push(() => health.close());
-    agent = startAgent(opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
+    agent = startAgent(services, opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
     const handoff: HandoffServer = await startHandoffServer({
       socketPath: runDirPath(settings.cniAgentRunDir, PLUGIN_EVENT_SOCKET),
       handler: agent?.handler ?? noApiHandler({ agentNamespace: settings.podNamespace, excludeNamespaces: settings.excludeNamespaces }),
@@ -121,6 +128,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   logger.info('install-cni shutting down', { reason: String(signal.reason ?? (failure ? 'error' : 'signal')) });
   readiness.install = false;
   try {
+    const { shouldKeepOnShutdown } = await loadServices();
     const keep = await shouldKeepOnShutdown({
       ambientEnabled: settings.ambientEnabled,
       disableSafeUpgrade: settings.ambientDisableSafeUpgrade,
@@ -143,9 +151,10 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
 
 /** The node agent, when the daemon can reach the Kubernetes API; `undefined` otherwise. */
 function startAgent(
+  { parseEnablementSelectors, startNodeAgent }: Services,
   opts: DaemonOptions,
   installerNotReady: () => string | undefined,
-  registry: Parameters<typeof startNodeAgent>[0]['registry'],
+  registry: Parameters<Services['startNodeAgent']>[0]['registry'],
 ): NodeAgent | undefined {
   const { settings, logger } = opts;
   if (!opts.kubeconfigPath && !(settings.k8sServiceHost && settings.k8sServicePort)) {

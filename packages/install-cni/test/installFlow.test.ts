@@ -274,3 +274,31 @@ describe('cleanup beyond upstream', () => {
     assert.equal(await readFile(join(host.netDir, '00-calico.conflist'), 'utf8'), await readFile(join(CNI_TESTDATA, CALICO_CLEAN), 'utf8'));
   });
 });
+
+describe('first pass started ahead of the daemon (prepare)', () => {
+  it('copies the binaries and writes the kubeconfig, but leaves the CNI config to the pass itself', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const before = await readFile(join(host.netDir, '00-calico.conflist'));
+    const installer = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
+    installer.prepare();
+    await waitFor('the prepared files', () => existsSync(installer.kubeconfigPath) && existsSync(join(host.binDir, 'istio-cni')));
+    assert.deepEqual(await readFile(join(host.netDir, '00-calico.conflist')), before);
+    const stats = await installer.installAll();
+    // One pass: the prepared writes are counted in it, the config last.
+    assert.equal(stats.filesWritten.at(-2), join(host.netDir, '00-calico.conflist'));
+    assert.ok(stats.filesWritten.includes(join(host.binDir, 'istio-cni')));
+    assert.ok(stats.filesWritten.includes(installer.kubeconfigPath));
+    assert.equal(installer.passes, 1);
+  });
+
+  it('cleanup after a prepared pass that never ran removes what it wrote', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const installer = new Installer({ settings: cniTestSettings(host), logger: captureLogger().logger });
+    installer.prepare();
+    await installer.cleanup();
+    assert.equal(existsSync(join(host.binDir, 'istio-cni')), false);
+    assert.equal(existsSync(installer.kubeconfigPath), false);
+  });
+});

@@ -60,13 +60,23 @@ function buildRoot(): protobuf.Root {
   return root;
 }
 
-/** The schema root; exported for tests that compare it with the upstream .proto. */
-export const zdsRoot = buildRoot();
+let root: protobuf.Root | undefined;
 
-const lookup = (name: string): protobuf.Type => zdsRoot.lookupType(`istio.workload.zds.${name}`);
-const ZdsHelloType = lookup('ZdsHello');
-const WorkloadRequestType = lookup('WorkloadRequest');
-const WorkloadResponseType = lookup('WorkloadResponse');
+/**
+ * The schema root, built on first use: resolving it costs milliseconds of CPU that a daemon without
+ * ambient never needs. Exported for tests that compare it with the upstream .proto.
+ */
+export function zdsRoot(): protobuf.Root {
+  root ??= buildRoot();
+  return root;
+}
+
+const lookup = (name: string): protobuf.Type => zdsRoot().lookupType(`istio.workload.zds.${name}`);
+let types: { hello: protobuf.Type; request: protobuf.Type; response: protobuf.Type } | undefined;
+const zdsTypes = () => {
+  types ??= { hello: lookup('ZdsHello'), request: lookup('WorkloadRequest'), response: lookup('WorkloadResponse') };
+  return types;
+};
 
 /** Wire-level shapes, keyed by the .proto field names. */
 export interface ZdsWorkloadInfo {
@@ -114,11 +124,12 @@ function encode(type: protobuf.Type, value: object): Uint8Array {
 }
 
 export function encodeWorkloadRequest(request: WorkloadRequest): Uint8Array {
-  return encode(WorkloadRequestType, request);
+  return encode(zdsTypes().request, request);
 }
 
 /** Decodes a request (the fake ztunnel's side); throws on bytes that are not one. */
 export function decodeWorkloadRequest(bytes: Uint8Array): WorkloadRequest {
+  const WorkloadRequestType = zdsTypes().request;
   const decoded = WorkloadRequestType.decode(bytes);
   const present = ['add', 'keep', 'del', 'snapshot_sent'].filter((k) => (decoded as unknown as Record<string, unknown>)[k] != null);
   if (present.length !== 1) throw new Error(`WorkloadRequest carries ${present.length} payloads, want 1`);
@@ -126,20 +137,20 @@ export function decodeWorkloadRequest(bytes: Uint8Array): WorkloadRequest {
 }
 
 export function encodeWorkloadResponse(response: WorkloadResponse): Uint8Array {
-  return encode(WorkloadResponseType, response);
+  return encode(zdsTypes().response, response);
 }
 
 export function decodeWorkloadResponse(bytes: Uint8Array): WorkloadResponse {
-  const obj = decode(WorkloadResponseType, bytes);
+  const obj = decode(zdsTypes().response, bytes);
   const ack = obj.ack as { error?: string } | null | undefined;
   return ack == null ? {} : { ack: { error: ack.error ?? '' } };
 }
 
 export function encodeZdsHello(hello: ZdsHello): Uint8Array {
-  return encode(ZdsHelloType, hello);
+  return encode(zdsTypes().hello, hello);
 }
 
 export function decodeZdsHello(bytes: Uint8Array): ZdsHello {
-  const obj = decode(ZdsHelloType, bytes);
+  const obj = decode(zdsTypes().hello, bytes);
   return { version: Number(obj.version ?? 0) };
 }

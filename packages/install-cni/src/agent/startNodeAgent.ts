@@ -54,7 +54,7 @@ export interface NodeAgent {
 
 export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const kube = createKubeClient(loadKubeConfig(options.kube));
-  const cluster = watchCluster(kube, { nodeName: options.nodeName, logger: options.logger });
+  const cluster = watchCluster(kube, { nodeName: options.nodeName, logger: options.logger, namespaces: options.ambientEnabled });
   const capture = createSidecarCaptureManager({
     runner: createExecCommandRunner(),
     openScratchNetns: createScratchNetnsOpener(),
@@ -79,7 +79,9 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const notReadyReason = (): string | undefined =>
     options.installerNotReady() ??
     (!cluster.view.isSynced()
-      ? 'pod and namespace watches not synced yet'
+      ? options.ambientEnabled
+        ? 'pod and namespace watches not synced yet'
+        : 'pod watch not synced yet'
       : options.ambientEnabled && !ambient?.isReady()
         ? 'ambient node agent still starting'
         : undefined);

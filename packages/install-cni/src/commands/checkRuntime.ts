@@ -1,7 +1,6 @@
 import { openSync, closeSync, fstatSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
 import { Command } from 'commander';
-import { closeFd, seqpacketPair } from '@istio-cni/dataplane';
 
 /**
  * Proves the native pieces work in this executable: koffi loads, and a file descriptor crosses a
@@ -9,6 +8,8 @@ import { closeFd, seqpacketPair } from '@istio-cni/dataplane';
  * it on the finished executable; operators can run it on a node.
  */
 export async function checkRuntime(): Promise<string> {
+  // Loaded on use: the daemon's start does not need the dataplane.
+  const { closeFd, seqpacketPair } = await import('@istio-cni/dataplane');
   const [a, b] = seqpacketPair();
   const file = openSync('/proc/self/ns/net', 'r');
   try {

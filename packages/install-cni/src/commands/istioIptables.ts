@@ -1,5 +1,4 @@
 import { Command, Option } from 'commander';
-import { createExecCommandRunner, createScratchNetnsOpener } from '@istio-cni/dataplane';
 import type { CommandRunner, OpenScratchNetns } from '@istio-cni/dataplane';
 import { createJsonLogger } from '@istio-cni/handoff';
 import { FLAG_SPECS, flagLabel, type FlagSpec } from './istioIptables/flagSpecs.ts';
@@ -9,7 +8,6 @@ import {
   type GivenFlag,
   type IstioIptablesSettings,
 } from './istioIptables/resolveIstioIptablesSettings.ts';
-import { runIstioIptables } from './istioIptables/runIstioIptables.ts';
 import { checkNetnsFile, lookupUidInPasswd, readBoundedTextFile } from './istioIptables/systemAccess.ts';
 import { UsageError } from './istioIptables/usageError.ts';
 
@@ -82,6 +80,11 @@ export function istioIptablesCommand(deps: IstioIptablesCommandDeps = {}): Comma
     }
     const logger = createJsonLogger({ scope: 'istio-iptables', threshold: settings.logThreshold, sink: (line) => writeErr(`${line}\n`) });
     try {
+      // Loaded here, not with the daemon: the rule code and the dataplane are this command's alone.
+      const [{ runIstioIptables }, { createExecCommandRunner, createScratchNetnsOpener }] = await Promise.all([
+        import('./istioIptables/runIstioIptables.ts'),
+        import('@istio-cni/dataplane'),
+      ]);
       await runIstioIptables(settings, {
         runner: deps.runner ?? createExecCommandRunner({ env }),
         openScratchNetns: deps.openScratchNetns ?? createScratchNetnsOpener(),

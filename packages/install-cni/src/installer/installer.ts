@@ -69,7 +69,9 @@ export class InstallError extends Error {
 export class Installer {
   readonly #s: InstallerSettings;
   readonly #log: Logger;
-  readonly #metrics: InstallMetrics | undefined;
+  #metrics: InstallMetrics | undefined;
+  /** Results counted before {@link attachMetrics}. */
+  readonly #unreported = new Map<InstallResult, number>();
   readonly #onReadyChange: ((ready: boolean) => void) | undefined;
   readonly #throttleOptions: Partial<ThrottleOptions>;
   readonly #state: CheckState = { configPath: '', primaryName: '' };
@@ -78,6 +80,8 @@ export class Installer {
   /** What the verified-copies file holds, as written or read. */
   #verifiedSaved: string | undefined;
   #installedBins: Set<string> | undefined;
+  /** The first pass's file work, when {@link prepare} started it. */
+  #prepared: { stats: WriteStats; done: Promise<void> } | undefined;
   #ready = false;
   /** Stats of the most recent pass. */
   lastPass: WriteStats = newWriteStats();
@@ -111,58 +115,50 @@ export class Installer {
     this.#onReadyChange?.(ready);
   }
 
+  /**
+   * Reports to `metrics` from now on, with what happened before: the daemon loads its metrics code
+   * after the first pass has started (see {@link prepare}).
+   */
+  attachMetrics(metrics: InstallMetrics): void {
+    this.#metrics = metrics;
+    for (const [result, times] of this.#unreported) for (let i = 0; i < times; i++) metrics.installResult(result);
+    this.#unreported.clear();
+    metrics.setInstallReady(this.#ready);
+  }
+
+  #count(result: InstallResult): void {
+    if (this.#metrics) this.#metrics.installResult(result);
+    else this.#unreported.set(result, (this.#unreported.get(result) ?? 0) + 1);
+  }
+
   #fail(result: InstallResult, what: string, err: unknown): never {
-    this.#metrics?.installResult(result);
+    this.#count(result);
     if (err instanceof WaitAborted) throw err;
     throw new InstallError(result, `${what}: ${errorMessage(err)}`, { cause: err });
   }
 
-  /** One install pass: binaries, kubeconfig, then the CNI config only when it is not valid. */
-  async installAll(signal?: AbortSignal): Promise<WriteStats> {
+  /**
+   * Starts the first pass's file work (binaries and kubeconfig) ahead of {@link run}, which then only
+   * adds the CNI config: the daemon calls it before loading and starting its servers, so the plugin
+   * copy (disk-bound, off the main thread) overlaps them. The config still comes after both files.
+   */
+  prepare(): void {
+    if (this.#prepared !== undefined || this.passes > 0) return;
     const stats = newWriteStats();
-    const s = this.#s;
+    const done = this.#installFiles(stats);
+    // Awaited by the first pass, or by cleanup() when the daemon fails before it.
+    done.catch(() => undefined);
+    this.#prepared = { stats, done };
+  }
+
+  /** One install pass: binaries and kubeconfig, then the CNI config only when it is not valid. */
+  async installAll(signal?: AbortSignal): Promise<WriteStats> {
+    const prepared = this.#prepared;
+    this.#prepared = undefined;
+    const stats = prepared?.stats ?? newWriteStats();
     this.passes++;
-    try {
-      if (this.#verifiedSaved === undefined) {
-        // A kill during an earlier run's save leaves its temp file; the record itself is whole or absent.
-        await removeStaleTemps(this.#verifiedCopiesPath);
-        this.#verified = await loadVerifiedCopies(this.#verifiedCopiesPath);
-        this.#verifiedSaved = serializeVerifiedCopies(this.#verified);
-      }
-      const copied = await copyBinaries({
-        sourceDir: s.cniBinSourceDir,
-        targetDirs: s.cniBinTargetDirs,
-        ...(this.#installedBins ? { only: this.#installedBins } : {}),
-        verified: this.#verified,
-        logger: this.#log,
-        stats,
-      });
-      this.#installedBins ??= copied;
-      await this.#saveVerified(stats);
-    } catch (err) {
-      if (errorMessage(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
-        this.#log.warn(
-          'hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation',
-        );
-      }
-      this.#fail('COPY_BINARIES_FAILURE', 'copy binaries', err);
-    }
-    try {
-      await writeKubeconfig({
-        path: this.kubeconfigPath,
-        mode: s.kubeconfigMode,
-        k8sServiceProtocol: s.k8sServiceProtocol,
-        k8sServiceHost: s.k8sServiceHost,
-        k8sServicePort: s.k8sServicePort,
-        kubeCaFile: s.kubeCaFile,
-        skipTlsVerify: s.skipTlsVerify,
-        tokenFile: join(s.serviceAccountDir, 'token'),
-        logger: this.#log,
-        stats,
-      });
-    } catch (err) {
-      this.#fail('CREATE_KUBECONFIG_FAILURE', 'write kubeconfig', err);
-    }
+    await (prepared?.done ?? this.#installFiles(stats));
+    const s = this.#s;
     const problem = await checkValidCniConfig(s.cni, this.#state, this.#log);
     if (problem === undefined) {
       this.#log.debug('valid istio-cni config present; not modifying', { path: this.#state.configPath });
@@ -180,8 +176,67 @@ export class Installer {
         this.#fail('CREATE_CNI_CONFIG_FAILURE', 'create CNI config file', err);
       }
     }
+    // Only spares the next start a re-read of the binaries, so it need not delay the config.
+    try {
+      await this.#saveVerified(stats);
+    } catch (err) {
+      this.#fail('COPY_BINARIES_FAILURE', 'copy binaries', err);
+    }
     this.lastPass = stats;
     return stats;
+  }
+
+  /**
+   * Binaries and kubeconfig, written concurrently (neither needs the other); a failure of either is
+   * the pass's failure, the binaries' first.
+   */
+  async #installFiles(stats: WriteStats): Promise<void> {
+    const [binaries, kubeconfig] = await Promise.allSettled([this.#installBinaries(stats), this.#installKubeconfig(stats)]);
+    if (binaries.status === 'rejected') {
+      const err: unknown = binaries.reason;
+      if (errorMessage(err).includes('read-only file system') || (err as NodeJS.ErrnoException).code === 'EROFS') {
+        this.#log.warn(
+          'hint: some Kubernetes environments require customization of the CNI directory; ensure global.platform=<name> is set during installation',
+        );
+      }
+      this.#fail('COPY_BINARIES_FAILURE', 'copy binaries', err);
+    }
+    if (kubeconfig.status === 'rejected') this.#fail('CREATE_KUBECONFIG_FAILURE', 'write kubeconfig', kubeconfig.reason);
+  }
+
+  async #installBinaries(stats: WriteStats): Promise<void> {
+    const s = this.#s;
+    if (this.#verifiedSaved === undefined) {
+      // A kill during an earlier run's save leaves its temp file; the record itself is whole or absent.
+      await removeStaleTemps(this.#verifiedCopiesPath);
+      this.#verified = await loadVerifiedCopies(this.#verifiedCopiesPath);
+      this.#verifiedSaved = serializeVerifiedCopies(this.#verified);
+    }
+    const copied = await copyBinaries({
+      sourceDir: s.cniBinSourceDir,
+      targetDirs: s.cniBinTargetDirs,
+      ...(this.#installedBins ? { only: this.#installedBins } : {}),
+      verified: this.#verified,
+      logger: this.#log,
+      stats,
+    });
+    this.#installedBins ??= copied;
+  }
+
+  async #installKubeconfig(stats: WriteStats): Promise<void> {
+    const s = this.#s;
+    await writeKubeconfig({
+      path: this.kubeconfigPath,
+      mode: s.kubeconfigMode,
+      k8sServiceProtocol: s.k8sServiceProtocol,
+      k8sServiceHost: s.k8sServiceHost,
+      k8sServicePort: s.k8sServicePort,
+      kubeCaFile: s.kubeCaFile,
+      skipTlsVerify: s.skipTlsVerify,
+      tokenFile: join(s.serviceAccountDir, 'token'),
+      logger: this.#log,
+      stats,
+    });
   }
 
   get #verifiedCopiesPath(): string {
@@ -248,7 +303,7 @@ export class Installer {
       }
       if (watcher.pending || inputs.pending) return !signal.aborted;
       this.#setReady(true);
-      this.#metrics?.installResult('SUCCESS');
+      this.#count('SUCCESS');
       const either = new AbortController();
       const stop = (): void => either.abort();
       signal.addEventListener('abort', stop, { once: true });
@@ -315,6 +370,9 @@ export class Installer {
   /** Removes what we installed (see {@link cleanupInstall}). */
   async cleanup(): Promise<CleanupReport> {
     this.#setReady(false);
+    // A prepared pass the daemon never awaited (it failed first) must not write behind the cleanup.
+    await this.#prepared?.done.catch(() => undefined);
+    this.#prepared = undefined;
     const configs = [{ path: this.#state.configPath, record: this.#records.get(this.#state.configPath) }];
     for (const [path, record] of this.#records) configs.push({ path, record });
     await rm(this.#verifiedCopiesPath, { force: true });

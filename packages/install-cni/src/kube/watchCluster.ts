@@ -9,6 +9,11 @@ export interface WatchClusterOptions {
   logger: Logger;
   /** First delay before restarting a failed watch; doubles up to 30 s. */
   retryDelayMs?: number;
+  /**
+   * Watch namespaces too (default true). Only ambient decisions read them (the enablement
+   * selector); without ambient the agent holds one watch, as upstream does.
+   */
+  namespaces?: boolean;
 }
 
 /** The pod informer's cache and selector, for another consumer with the same selector to share (repair). */
@@ -27,7 +32,7 @@ export interface ClusterWatch {
   stop(): void;
 }
 
-/** Informers for the pods of this node (field selector `spec.nodeName=<node>`) and all namespaces. */
+/** Informers for the pods of this node (field selector `spec.nodeName=<node>`) and, unless turned off, all namespaces. */
 export function watchCluster(client: KubeClient, options: WatchClusterOptions): ClusterWatch {
   const pods = new ObjectStore<Pod>();
   const namespaces = new ObjectStore<Namespace>();
@@ -36,16 +41,19 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
   const common = { logger: options.logger, ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }) };
   const podFieldSelector = `spec.nodeName=${options.nodeName}`;
   const podInformer = runInformer(client, { ...common, what: 'pod', path: '/api/v1/pods', fieldSelector: podFieldSelector, store: pods });
-  const namespaceInformer = runInformer(client, { ...common, what: 'namespace', path: '/api/v1/namespaces', store: namespaces });
+  const namespaceInformer =
+    (options.namespaces ?? true)
+      ? runInformer(client, { ...common, what: 'namespace', path: '/api/v1/namespaces', store: namespaces })
+      : undefined;
   const synced = Promise.all([
     podInformer.synced.then(() => {
       podsSynced = true;
     }),
-    namespaceInformer.synced.then(() => {
+    (namespaceInformer?.synced ?? Promise.resolve()).then(() => {
       namespacesSynced = true;
     }),
   ]).then(() => {
-    options.logger.info('pod and namespace informers synced', { node: options.nodeName });
+    options.logger.info('informers synced', { node: options.nodeName, watches: namespaceInformer ? ['pods', 'namespaces'] : ['pods'] });
   });
 
   const view: ClusterView = {
@@ -69,7 +77,7 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
     synced,
     stop() {
       podInformer.stop();
-      namespaceInformer.stop();
+      namespaceInformer?.stop();
     },
   };
 }

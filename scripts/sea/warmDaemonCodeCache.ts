@@ -1,0 +1,91 @@
+/**
+ * Produces the daemon's warmed V8 code cache: runs the bundle (under the executable's own runtime
+ * flags) as a daemon on a scratch node until `/readyz` answers 200 — plugin copied, kubeconfig and
+ * CNI config written, servers listening, the agent started against an API server that is not there
+ * — then stops it with SIGTERM (cleanup included) and keeps the code cache V8 has at exit. Each
+ * start then finds the functions of that path compiled; SEA's own code cache, made before anything
+ * runs, has only the bundle's top level.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+async function readyz(port: number): Promise<number> {
+  try {
+    return (await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) })).status;
+  } catch {
+    return 0;
+  }
+}
+
+export async function warmDaemonCodeCache(
+  nodeBinary: string,
+  execArgv: readonly string[],
+  bundleFile: string,
+  cacheFile: string,
+): Promise<void> {
+  const root = mkdtempSync(join(tmpdir(), 'install-cni-warm-'));
+  const dir = (...parts: string[]) => {
+    const path = join(root, ...parts);
+    mkdirSync(path, { recursive: true });
+    return path;
+  };
+  const image = dir('image');
+  const sa = dir('serviceaccount');
+  const netDir = dir('net.d');
+  writeFileSync(join(image, 'istio-cni'), '#!/bin/sh\n', { mode: 0o755 });
+  writeFileSync(join(sa, 'token'), 'warm-up');
+  writeFileSync(join(sa, 'ca.crt'), 'warm-up');
+  writeFileSync(join(netDir, '10-bridge.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'warm', plugins: [{ type: 'bridge' }] }));
+  const readinessPort = await freePort();
+  // Nothing listens on the API port: the agent's informers start and retry, as on a node whose API is slow.
+  const apiPort = await freePort();
+  try {
+    const child = spawn(nodeBinary, [...execArgv, join(import.meta.dirname, 'warmCodeCache.cjs'), bundleFile, cacheFile], {
+      env: {
+        PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+        CNI_BIN_SOURCE_DIR: image,
+        CNI_BIN_TARGET_DIRS: dir('host-bin'),
+        MOUNTED_CNI_NET_DIR: netDir,
+        CNI_AGENT_RUN_DIR: dir('run'),
+        SERVICE_ACCOUNT_DIR: sa,
+        KUBERNETES_SERVICE_HOST: '127.0.0.1',
+        KUBERNETES_SERVICE_PORT: String(apiPort),
+        READINESS_PORT: String(readinessPort),
+        MONITORING_PORT: '0',
+        CHAINED_CNI_PLUGIN: 'true',
+        REPAIR_ENABLED: 'true',
+        REPAIR_LABEL_PODS: 'true',
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const closed = new Promise<number | null>((resolve, reject) => {
+      child.on('error', reject);
+      child.on('close', resolve);
+    });
+    const deadline = Date.now() + 60_000;
+    while ((await readyz(readinessPort)) !== 200) {
+      if (child.exitCode !== null || Date.now() > deadline) {
+        child.kill('SIGKILL');
+        throw new Error(`daemon code-cache warm-up never became ready (exit ${child.exitCode})`);
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    child.kill('SIGTERM');
+    const code = await closed;
+    if (code !== 0) throw new Error(`daemon code-cache warm-up exited ${code}`);
+    if (statSync(cacheFile).size === 0) throw new Error('daemon code-cache warm-up wrote an empty cache');
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}
