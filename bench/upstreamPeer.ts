@@ -381,7 +381,33 @@ function printRows(rows: Row[]): void {
   }
 }
 
+/** The ADD a container runtime runs for a pod outside the mesh (`app-1`). */
+const ADD_ENV = {
+  ...PATH_ENV,
+  CNI_COMMAND: 'ADD',
+  CNI_CONTAINERID: 'bench0123456789',
+  CNI_NETNS: '/var/run/netns/bench',
+  CNI_IFNAME: 'eth0',
+  CNI_PATH: '/opt/cni/bin',
+  CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NAMESPACE};K8S_POD_NAME=app-1;K8S_POD_INFRA_CONTAINER_ID=bench0123456789`,
+};
+
+/** With both daemons gone (killed, so their conflist entries and plugin kubeconfigs stay): the plugin on its own. */
+async function noDaemonRows(upstream: Peer, ours: Peer, confs: Map<Side, string>, runs: number): Promise<Row[]> {
+  const add = (p: Peer) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
+  const time = pairedRow('ADD of a pod not in the mesh, no daemon', 'ms', await paired(runs, 3, add(upstream), add(ours)));
+  const peaks = await paired(
+    Math.min(runs, 5),
+    1,
+    () => peakMiB([upstream.plugin], ADD_ENV, confs.get('upstream') as string, upstream.dir),
+    () => peakMiB([ours.plugin], ADD_ENV, confs.get('ours') as string, ours.dir),
+  );
+  return [time, pairedRow('peak RSS of that ADD', 'MiB', peaks)];
+}
+
 export interface PeerBenchOptions {
+  /** Only the plugin's figures with no daemon running (`PEER_ONLY=degraded`): both daemons start once, then crash. */
+  degradedOnly?: boolean;
   runs: number;
   /** Daemon restarts measured per side. */
   starts: number;
@@ -406,6 +432,14 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     const ours = makePeer('ours', cluster, chart, await freePort(), await freePort(), 0);
     peers.push(upstream, ours);
     const rows: Row[] = [];
+    if (options.degradedOnly) {
+      for (const p of peers) await startTimed(p);
+      const confs = new Map(peers.map((p) => [p.side, pluginConfig(p) as string]));
+      for (const p of peers) await stopDaemon(p, 'SIGKILL');
+      rows.push(...(await noDaemonRows(upstream, ours, confs, options.runs)));
+      printRows(rows);
+      return;
+    }
 
     // Restarts: each side's graceful stop removed what it installed, as on a rolling update.
     const starts = { up: [] as { conflistMs: number; readyMs: number }[], ours: [] as { conflistMs: number; readyMs: number }[] };
@@ -469,18 +503,9 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     await startTimed(ours);
     const readyAt = Date.now();
     const confs = new Map(peers.map((p) => [p.side, pluginConfig(p) as string]));
-    const addEnv = {
-      ...PATH_ENV,
-      CNI_COMMAND: 'ADD',
-      CNI_CONTAINERID: 'bench0123456789',
-      CNI_NETNS: '/var/run/netns/bench',
-      CNI_IFNAME: 'eth0',
-      CNI_PATH: '/opt/cni/bin',
-      CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NAMESPACE};K8S_POD_NAME=app-1;K8S_POD_INFRA_CONTAINER_ID=bench0123456789`,
-    };
     const versionStdin = JSON.stringify({ cniVersion: '1.0.0' });
     const version = (p: Peer) => () => timeProcess([p.plugin], { ...PATH_ENV, CNI_COMMAND: 'VERSION' }, versionStdin);
-    const add = (p: Peer) => () => timeProcess([p.plugin], addEnv, confs.get(p.side));
+    const add = (p: Peer) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
     rows.push(pairedRow('plugin VERSION', 'ms', await paired(options.runs, 3, version(upstream), version(ours))));
     rows.push(pairedRow('ADD of a pod not in the mesh, daemon running', 'ms', await paired(options.runs, 3, add(upstream), add(ours))));
 
@@ -500,15 +525,7 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     const watchesNone = await openWatches(cluster);
     rows.push(singleRow('API watches held by the daemon', '', watchesBoth - watchesOurs, watchesOurs - watchesNone));
 
-    rows.push(pairedRow('ADD of a pod not in the mesh, no daemon', 'ms', await paired(options.runs, 3, add(upstream), add(ours))));
-    const peakRuns = Math.min(options.runs, 5);
-    const peaks = await paired(
-      peakRuns,
-      1,
-      () => peakMiB([upstream.plugin], addEnv, confs.get('upstream') as string, upstream.dir),
-      () => peakMiB([ours.plugin], addEnv, confs.get('ours') as string, ours.dir),
-    );
-    rows.push(pairedRow('peak RSS of that ADD', 'MiB', peaks));
+    rows.push(...(await noDaemonRows(upstream, ours, confs, options.runs)));
 
     const mib = (p: string) => statSync(p).size / 1024 / 1024;
     rows.push(

@@ -1,4 +1,7 @@
-export { loadKubeConfig, readKubeconfigFile, type KubeConfigSource, type KubeCredentials } from './loadKubeConfig.ts';
+export { loadKubeConfig, parseKubeconfigText, readKubeconfigFile, type KubeConfigSource } from './loadKubeConfig.ts';
+export { credentialsFromKubeconfig, type KubeCredentials } from './kubeconfigCredentials.ts';
+export { parseInstallerKubeconfig } from './installerKubeconfig.ts';
+export { readKubeconfigFileLazily } from './readKubeconfigFileLazily.ts';
 export { Backoff, backoffDelay, retryWithBackoff, type BackoffPolicy, type RetryDecision, type RetryOptions } from './backoff.ts';
 export {
   IDLE_SOCKET_MS,

@@ -2,7 +2,7 @@ import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type In
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
 import { retryWithBackoff, type BackoffPolicy, type RetryDecision } from './backoff.ts';
-import type { KubeCredentials } from './loadKubeConfig.ts';
+import type { KubeCredentials } from './kubeconfigCredentials.ts';
 
 /**
  * A small Kubernetes REST client over node:http(s): JSON requests and watch streams, with the

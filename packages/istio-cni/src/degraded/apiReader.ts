@@ -5,9 +5,9 @@ import {
   getOrUndefined,
   namespacePath,
   podPath,
-  readKubeconfigFile,
+  readKubeconfigFileLazily,
   type KubeClient,
-} from '@istio-cni/kube';
+} from '@istio-cni/kube/client';
 
 export class ApiUnauthorizedError extends Error {
   override name = 'ApiUnauthorizedError';
@@ -23,8 +23,8 @@ export class ApiRequestError extends Error {
 }
 
 /** A client from the installer's kubeconfig (upstream `cni/pkg/install/kubeconfig.go`), whose token must be there. */
-export function pluginApiClient(path: string, timeoutMs: number): KubeClient {
-  const creds = readKubeconfigFile(path);
+export async function pluginApiClient(path: string, timeoutMs: number): Promise<KubeClient> {
+  const creds = await readKubeconfigFileLazily(path);
   if (creds.token() === undefined) throw new Error(`${path}: user token missing`);
   // Each read's own retries stay within one attempt's time; degraded mode's loop spans the rest.
   return createKubeClient(creds, { timeoutMs, deadlineMs: timeoutMs });

@@ -1,8 +1,9 @@
 import { captureFailure, decidePod, missingRulesFailure, type Namespace, type Pod, type PodFailure } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
-import { PodNetnsRefusedError } from '@istio-cni/dataplane/sidecar';
-import { retryWithBackoff } from '@istio-cni/kube';
+// Not the `sidecar` entry: that would load the capture code (child processes) for every pod.
+import { PodNetnsRefusedError } from '@istio-cni/dataplane/podNetnsGuard';
+import { retryWithBackoff } from '@istio-cni/kube/client';
 import { ApiRequestError, ApiUnauthorizedError } from './apiReader.ts';
 
 /** What degraded mode needs from the outside world; the real one reads the API and runs iptables. */

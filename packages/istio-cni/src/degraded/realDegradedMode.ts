@@ -1,14 +1,7 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  createExecCommandRunner,
-  createPodNetnsGuard,
-  createScratchNetnsOpener,
-  createSidecarCaptureManager,
-} from '@istio-cni/dataplane/sidecar';
-import { captureEnvironmentFrom } from '@istio-cni/capture';
+import type { SidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger, type PluginConfig } from '@istio-cni/handoff';
-import type { KubeClient } from '@istio-cni/kube';
+import type { KubeClient } from '@istio-cni/kube/client';
 import { getNamespace, getPod, pluginApiClient } from './apiReader.ts';
 import { degradedAdd, degradedCheck, type DegradedDeps, type DegradedOutcome } from './degradedMode.ts';
 
@@ -16,13 +9,15 @@ const REQUEST_TIMEOUT_MS = 5_000;
 
 /**
  * Degraded mode wired to the real world: the installer's kubeconfig, plain HTTPS to the API
- * server, and the same capture code the agent runs. Loaded only when the agent is unreachable.
+ * server, and the same capture code the agent runs. Loaded only when the agent is unreachable; the
+ * capture code (child processes, iptables backends) only once a pod needs it, so a pod passed
+ * through does not pay for it.
  */
 async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
   const kubeconfigPath = runDirPath(config.cniAgentRunDir, PLUGIN_KUBECONFIG);
   let client: KubeClient;
   try {
-    client = pluginApiClient(kubeconfigPath, REQUEST_TIMEOUT_MS);
+    client = await pluginApiClient(kubeconfigPath, REQUEST_TIMEOUT_MS);
   } catch (err) {
     throw new CniError(
       ErrorCode.TryAgainLater,
@@ -30,23 +25,14 @@ async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
       (err as Error).message,
     );
   }
-  // The installer's copy of the daemon's setting wins; the runtime's environment is the fallback.
-  const forceIptablesBinary = config.forceIptablesBinary || process.env.FORCE_IPTABLES_BINARY;
-  const capture = createSidecarCaptureManager({
-    runner: createExecCommandRunner(),
-    openScratchNetns: createScratchNetnsOpener(),
-    // The plugin runs on the host: its /proc is the host's.
-    netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
-    nativeNftables: config.nativeNftables,
-    env: captureEnvironmentFrom(process.env),
-    ...(forceIptablesBinary ? { forceIptablesBinary } : {}),
-  });
+  let capture: SidecarCaptureManager | undefined;
+  const sidecarCapture = async () => (capture ??= (await import('./sidecarCapture.ts')).pluginSidecarCapture(config));
   return {
     getPod: (ns, name) => getPod(client, ns, name),
     getNamespace: (name) => getNamespace(client, name),
-    applySidecar: (pod, netns, podIps) => capture.apply(pod, netns, podIps),
-    verifySidecar: (pod, netns) => capture.verify(pod, netns),
-    sleep: (ms) => sleep(ms),
+    applySidecar: async (pod, netns, podIps) => (await sidecarCapture()).apply(pod, netns, podIps),
+    verifySidecar: async (pod, netns) => (await sidecarCapture()).verify(pod, netns),
+    sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
     now: () => Date.now(),
   };
 }
