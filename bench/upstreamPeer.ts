@@ -26,6 +26,8 @@ import { startCluster, type Cluster } from '../test/e2e/support/cluster.ts';
 import { freePort } from '../test/e2e/support/freePort.ts';
 import { REPO_ROOT } from '../test/e2e/support/rigPaths.ts';
 import { median, timeProcess } from './measure.ts';
+import { addPodNetns } from '../test/support/addPodNetns.ts';
+import { CAPTURE_CHAIN, netnsRuleset } from '../test/support/netnsRuleset.ts';
 import { realisticPod } from './realisticPod.ts';
 
 export const BENCH_CACHE = process.env.BENCH_CACHE ?? join(REPO_ROOT, '.bench-cache');
@@ -392,6 +394,42 @@ const ADD_ENV = {
   CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NAMESPACE};K8S_POD_NAME=app-1;K8S_POD_INFRA_CONTAINER_ID=bench0123456789`,
 };
 
+/**
+ * The ADD of a pod with an injected sidecar (`app-0`) into a netns of its own, as the runtime runs it
+ * after the primary plugin: upstream's plugin programs the capture itself, ours hands it to its agent.
+ * A run that left no capture chain in the netns fails the bench: a skipped pod is not a fast ADD.
+ */
+function sidecarAdd(peer: Peer, confs: Map<Side, string>): () => Promise<number> {
+  let n = 0;
+  return async () => {
+    const netns = addPodNetns(`bench-sc-${peer.side}-`, n);
+    const containerId = `benchsidecar${peer.side}${n++}`;
+    try {
+      const conf = JSON.parse(confs.get(peer.side) ?? '{}') as { prevResult?: Record<string, unknown> };
+      conf.prevResult = {
+        ...conf.prevResult,
+        interfaces: [{ name: 'eth0', sandbox: netns.path }],
+        ips: [{ address: netns.address, gateway: netns.gateway, interface: 0 }],
+      };
+      const ms = await timeProcess(
+        [peer.plugin],
+        {
+          ...ADD_ENV,
+          CNI_CONTAINERID: containerId,
+          CNI_NETNS: netns.path,
+          CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NAMESPACE};K8S_POD_NAME=app-0;K8S_POD_INFRA_CONTAINER_ID=${containerId}`,
+        },
+        JSON.stringify(conf),
+      );
+      if (!CAPTURE_CHAIN.test(await netnsRuleset(netns.path)))
+        throw new Error(`${peer.side}: a sidecar ADD left no capture rules in ${netns.name}`);
+      return ms;
+    } finally {
+      netns.remove();
+    }
+  };
+}
+
 /** With both daemons gone (killed, so their conflist entries and plugin kubeconfigs stay): the plugin on its own. */
 async function noDaemonRows(upstream: Peer, ours: Peer, confs: Map<Side, string>, runs: number): Promise<Row[]> {
   const add = (p: Peer) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
@@ -514,6 +552,13 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     const memOurs = procStatus(ours.child?.pid as number);
     rows.push(singleRow(`daemon RSS ≥ 20 s after ready, ${options.pods} pods`, 'MiB', memUp.rssMiB, memOurs.rssMiB));
     rows.push(singleRow('daemon anonymous RSS, same moment', 'MiB', memUp.anonMiB, memOurs.anonMiB));
+    rows.push(
+      pairedRow(
+        'sidecar ADD into a fresh netns, daemon running',
+        'ms',
+        await paired(options.runs, 3, sidecarAdd(upstream, confs), sidecarAdd(ours, confs)),
+      ),
+    );
 
     // A crash (SIGKILL) leaves the conflist entry and the plugin kubeconfig: the plugin is on its own.
     const watchesBoth = await openWatches(cluster);
