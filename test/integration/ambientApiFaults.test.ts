@@ -12,36 +12,21 @@ import { after, before, describe, it, type TestContext } from 'node:test';
 import { ambientPodObject, createAmbientNode, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
 import { duplicates, iptablesRuleLines, nftRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
 import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
-import type { ExecResult } from '../support/execPlugin.ts';
-import type { FaultCounts } from '../support/faultProxy.ts';
 import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
+import { burstDiagnostic, burstWithKubeletRetries, faultsOn } from '../support/kubeletBurst.ts';
 import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { notRootSkip } from '../support/podNetworkFixture.ts';
 
 const NS = 'amb-faults';
 const PODS = 100;
-const TRY_AGAIN = 11;
-const KUBELET_RETRIES = 10;
 const REDIRECTION = 'ambient.istio.io/redirection';
 
 const backends = [
   { name: 'iptables', env: {}, sets: 'ipset' },
   { name: 'nftables', env: { NATIVE_NFTABLES: 'true' }, sets: 'nft' },
 ] as const;
-
-/** The CNI error code on stdout of a failed ADD (0 for success, -1 for no CNI error document). */
-function cniCode(res: ExecResult): number {
-  if (res.code === 0) return 0;
-  try {
-    return (JSON.parse(res.stdout) as { code?: number }).code ?? -1;
-  } catch {
-    return -1;
-  }
-}
-
-const faultsOn = (c: FaultCounts, method: string) => c.faultsByMethod[method] ?? 0;
 
 for (const backend of backends)
   describe(`API faults under a 100-pod ambient burst [${backend.name}]`, { skip: notRootSkip, timeout: 600_000 }, () => {
@@ -84,39 +69,14 @@ for (const backend of backends)
       }
       const add = (s: PodSandbox) => rig.exec('ADD', rig.api.getPod(NS, s.name)!, attachmentOf(s));
       const before = structuredClone(proxy.counts);
-      proxy.holdWatches(true);
-      let results: ExecResult[];
-      try {
-        [results] = await Promise.all([
-          Promise.all(
-            round.map((s) => {
-              rig.api.upsertPod(ambientPodObject(s));
-              return add(s);
-            }),
-          ),
-          during?.(),
-        ]);
-      } finally {
-        proxy.holdWatches(false);
-      }
-      const first = results.map(cniCode);
-      const bad = results.flatMap((r, i) =>
-        first[i] === 0 || first[i] === TRY_AGAIN ? [] : [`${round[i]!.name}: exit ${r.code} ${r.stdout} ${r.stderr.slice(-400)}`],
-      );
-      assert.deepEqual(bad, [], 'every ADD ends 0 or 11');
-      let retried = 0;
-      for (const [i, s] of round.entries()) {
-        let code = first[i];
-        for (let n = 0; code === TRY_AGAIN && n < KUBELET_RETRIES; n++) {
-          retried++;
-          await new Promise((r) => setTimeout(r, 200));
-          const res = await add(s);
-          code = cniCode(res);
-          assert.ok(code === 0 || code === TRY_AGAIN, `retry of ${s.name}: ${res.stdout}`);
-        }
-        assert.equal(code, 0, `${s.name} enrolled after kubelet-style retries`);
-      }
-
+      const result = await burstWithKubeletRetries({
+        proxy,
+        names: round.map((s) => s.name),
+        register: (i) => rig.api.upsertPod(ambientPodObject(round[i]!)),
+        add: (i) => add(round[i]!),
+        outcome: 'enrolled',
+        during,
+      });
       for (const s of round) {
         assert.equal(rig.api.getPod(NS, s.name)?.metadata.annotations?.[REDIRECTION], 'enabled', `${s.name} annotated`);
         const adds = ztunnel.log.filter((l) => l === `add:${s.uid}`).length;
@@ -140,14 +100,7 @@ for (const backend of backends)
       }
       assert.deepEqual(ztunnel.fdProblems, []);
 
-      const c = proxy.counts;
-      const delta = (k: 'reset' | 'resetAfterForward' | 'tooMany' | 'unavailable' | 'restarts') => c[k] - before[k];
-      const byMethod = (m: string) => `${faultsOn(c, m) - faultsOn(before, m)}/${(c.byMethod[m] ?? 0) - (before.byMethod[m] ?? 0)}`;
-      t.diagnostic(
-        `first answers: ${first.filter((x) => x === 0).length} ok, ${first.filter((x) => x === TRY_AGAIN).length} try-again; ${retried} retries; ` +
-          `faults: ${delta('reset')} reset, ${delta('resetAfterForward')} reset after forward, ${delta('tooMany')} 429, ${delta('unavailable')} 503, ${delta('restarts')} restarts; ` +
-          `faulted/requests GET ${byMethod('GET')}, PATCH ${byMethod('PATCH')}`,
-      );
+      t.diagnostic(burstDiagnostic(before, proxy.counts, result, ['GET', 'PATCH']));
     }
 
     it('10 % resets, 5 % 429 with Retry-After, 5 % 503: every ADD ends 0 or 11, then every pod enrolled once', async (t) => {

@@ -11,17 +11,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { addPodNetns, type PodNetns } from '../support/addPodNetns.ts';
-import type { ExecResult } from '../support/execPlugin.ts';
 import { duplicates, iptablesRuleLines, nftRuleLines } from '../support/ambientNodeState.ts';
 import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
 import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
 import type { FaultCounts } from '../support/faultProxy.ts';
+import { burstDiagnostic, burstWithKubeletRetries, faultsOn } from '../support/kubeletBurst.ts';
 import { notRootSkip } from '../support/podNetworkFixture.ts';
 import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
 
 const PODS = 100;
-const TRY_AGAIN = 11;
-const KUBELET_RETRIES = 10;
 
 const variants: { name: string; env: Record<string, string> }[] = [
   { name: 'iptables-nft', env: { FORCE_IPTABLES_BINARY: 'nft' } },
@@ -29,18 +27,7 @@ const variants: { name: string; env: Record<string, string> }[] = [
   { name: 'native nftables', env: { NATIVE_NFTABLES: 'true' } },
 ];
 
-const faultsOn = (c: FaultCounts, method: string) => c.faultsByMethod[method] ?? 0;
 const injected = (c: FaultCounts) => c.reset + c.resetAfterForward + c.tooMany + c.unavailable + c.closedOnReuse;
-
-/** The CNI error code on stdout of a failed ADD (0 for success). */
-function cniCode(res: ExecResult): number {
-  if (res.code === 0) return 0;
-  try {
-    return (JSON.parse(res.stdout) as { code?: number }).code ?? -1;
-  } catch {
-    return -1;
-  }
-}
 
 for (const variant of variants)
   describe(`API faults under a sidecar burst [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
@@ -74,53 +61,22 @@ for (const variant of variants)
         const ns = namespaces[i] as PodNetns;
         return rig.exec('ADD', pods[i]!, { netns: ns.path, containerId: `r${round}c${i}`, address: ns.address, gateway: ns.gateway });
       };
-      proxy.holdWatches(true);
-      let results: ExecResult[];
-      try {
-        [results] = await Promise.all([
-          Promise.all(
-            pods.map((pod, i) => {
-              rig.api.upsertPod(pod);
-              return add(i);
-            }),
-          ),
-          during?.(),
-        ]);
-      } finally {
-        proxy.holdWatches(false);
-      }
-      const first = results.map(cniCode);
-      const bad = results.flatMap((r, i) =>
-        cniCode(r) === 0 || cniCode(r) === TRY_AGAIN ? [] : [`${pods[i]!.metadata.name}: ${r.code} ${r.stdout} ${r.stderr.slice(-400)}`],
-      );
-      assert.deepEqual(bad, [], 'every ADD ends 0 or 11');
-      let retried = 0;
-      for (let i = 0; i < PODS; i++) {
-        let code = first[i];
-        for (let n = 0; code === TRY_AGAIN && n < KUBELET_RETRIES; n++) {
-          retried++;
-          await new Promise((r) => setTimeout(r, 200));
-          const res = await add(i);
-          code = cniCode(res);
-          assert.ok(code === 0 || code === TRY_AGAIN, `retry of ${i}: ${res.stdout}`);
-        }
-        assert.equal(code, 0, `pod ${i} captured after kubelet-style retries`);
-      }
+      const result = await burstWithKubeletRetries({
+        proxy,
+        names: pods.map((p) => p.metadata.name),
+        register: (i) => rig.api.upsertPod(pods[i]!),
+        add,
+        outcome: 'captured',
+        during,
+      });
       for (const ns of namespaces) {
         const rules = await netnsRuleset(ns.path);
         assert.match(rules, CAPTURE_CHAIN, `${ns.name} holds the capture rules`);
         assert.deepEqual(duplicates(await iptablesRuleLines(ns.path)), [], `no duplicate rules in ${ns.name}`);
         assert.deepEqual(duplicates(nftRuleLines(rules)), [], `no duplicate nft rules in ${ns.name}`);
       }
-      const c = proxy.counts;
-      const delta = (k: 'reset' | 'resetAfterForward' | 'tooMany' | 'unavailable' | 'closedOnReuse' | 'restarts') => c[k] - before[k];
-      const byMethod = (m: string) => `${faultsOn(c, m) - faultsOn(before, m)}/${(c.byMethod[m] ?? 0) - (before.byMethod[m] ?? 0)}`;
-      t.diagnostic(
-        `first answers: ${first.filter((x) => x === 0).length} ok, ${first.filter((x) => x === TRY_AGAIN).length} try-again; ${retried} retries; ` +
-          `faults: ${delta('reset')} reset, ${delta('resetAfterForward')} reset after forward, ${delta('tooMany')} 429, ${delta('unavailable')} 503, ` +
-          `${delta('closedOnReuse')} closed on reuse, ${delta('restarts')} restarts; faulted/requests GET ${byMethod('GET')}`,
-      );
-      return { first, retried };
+      t.diagnostic(burstDiagnostic(before, proxy.counts, result, ['GET']));
+      return result;
     }
 
     it('idle connections closed by the server at the moment of reuse: every ADD succeeds at once', async (t) => {
