@@ -124,7 +124,7 @@ function familyRules(config: AmbientConfig, overrides: AmbientPodOverrides, fami
       '--to-ports',
       String(AMBIENT.dnsCapturePort),
     );
-    // Own conntrack zone for proxy <-> upstream DNS, so their ports cannot collide (istio#33469).
+    // Own conntrack zone for proxy <-> upstream DNS, so their ports cannot collide (as upstream `cni/pkg/iptables/iptables.go`).
     add('raw', OUTPUT, '-p', 'udp', '-m', 'mark', '--mark', mark, '-m', 'udp', '--dport', '53', '-j', 'CT', '--zone', '1');
     add('raw', PRERT, '-p', 'udp', '-m', 'mark', '!', '--mark', mark, '-m', 'udp', '--sport', '53', '-j', 'CT', '--zone', '1');
   }

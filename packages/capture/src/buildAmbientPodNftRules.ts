@@ -133,7 +133,7 @@ export function buildAmbientPodNftRules(config: AmbientConfig, overrides: Ambien
       'redirect to',
       dnsPort,
     );
-    // Own conntrack zone for proxy <-> upstream DNS, so their ports cannot collide (istio#33469).
+    // Own conntrack zone for proxy <-> upstream DNS, so their ports cannot collide (as upstream `cni/pkg/iptables/iptables.go`).
     add(RAW, ISTIO_OUTPUT, 'udp dport', '53', 'meta mark and', mask, '==', mark, COUNTER, 'ct zone set', '1');
     add(RAW, ISTIO_PREROUTING, 'udp sport', '53', 'meta mark and', mask, '!=', mark, COUNTER, 'ct zone set', '1');
   }
