@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Command } from 'commander';
-import { SettingsError, registerSettingsOptions, resolveSettings, checkInstallerPaths, type ParsedOptions } from '../src/settings/index.ts';
+import {
+  SETTING_SPECS,
+  SettingsError,
+  registerSettingsOptions,
+  resolveSettings,
+  checkInstallerPaths,
+  type ParsedOptions,
+} from '../src/settings/index.ts';
 
 function parse(argv: string[]): ParsedOptions {
   const cmd = registerSettingsOptions(new Command('install-cni').exitOverride());
@@ -33,6 +40,20 @@ describe('settings', () => {
     assert.equal(s.ambientUseScopedXtablesLocking, true);
     assert.deepEqual(s.excludeNamespaces, []);
     assert.deepEqual(s.logLevels, { agent: 'info', plugin: 'info' });
+  });
+
+  it('shows every file-mode setting in octal in --help', () => {
+    const modes = SETTING_SPECS.filter((s) => s.kind === 'mode');
+    const kubeconfigMode = modes.find((s) => s.env === 'KUBECONFIG_MODE');
+    assert.ok(kubeconfigMode);
+    // The octal default is what the setting resolves to when unset.
+    assert.equal(resolveSettings({}, {}, host).kubeconfigMode, Number.parseInt(kubeconfigMode.default, 8));
+    const help = registerSettingsOptions(new Command('install-cni')).helpInformation().replace(/\s+/g, ' ');
+    for (const s of modes) {
+      assert.match(s.default, /^0[0-7]{3,4}$/, `${s.env} default ${s.default}`);
+      assert.ok(help.includes(`(env ${s.env}, default "${s.default}")`), `--help for ${s.env}: ${help}`);
+    }
+    assert.doesNotMatch(help, /"384"/);
   });
 
   it('flag beats env beats default', () => {

@@ -36,7 +36,10 @@ export function parseFileMode(setting: string, value: string): number {
   let n: number;
   if (/^0[oO]?[0-7]+$/.test(v)) n = Number.parseInt(v.replace(/^0[oO]?/, ''), 8);
   else if (/^[1-9]\d*$/.test(v)) n = Number.parseInt(v, 10);
-  else throw new SettingsError(`invalid ${setting} ${JSON.stringify(value)}: want a file mode such as 0600 or 384`);
+  else
+    throw new SettingsError(
+      `invalid ${setting} ${JSON.stringify(value)}: want an octal file mode such as 0600 (or its decimal value, 384)`,
+    );
   if (n > 0o777) throw new SettingsError(`invalid ${setting} ${JSON.stringify(value)}: mode above 0777`);
   return n;
 }

@@ -8,6 +8,7 @@ export type SettingKind = 'string' | 'bool' | 'int' | 'port' | 'mode' | 'list';
 export interface SettingSpec {
   env: string;
   kind: SettingKind;
+  /** As a user would write it; a `mode` in octal with a leading 0 (`0600`), never decimal. */
   default: string;
   flag: boolean;
   help: string;
@@ -32,7 +33,7 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   spec('CHAINED_CNI_PLUGIN', 'bool', 'true', true, 'install as a chained plugin (else standalone)'),
   spec('ISTIO_OWNED_CNI_CONFIG', 'bool', 'false', true, 'write a separate higher-priority conflist (chained + ambient only)'),
   spec('ISTIO_OWNED_CNI_CONFIG_FILENAME', 'string', '', true, 'name of the Istio-owned conflist (default 02-istio-cni.conflist)'),
-  spec('KUBECONFIG_MODE', 'mode', '384', true, 'file mode of the plugin kubeconfig'),
+  spec('KUBECONFIG_MODE', 'mode', '0600', true, 'file mode of the plugin kubeconfig'),
   spec('CNI_CONF_GROUP_READ', 'bool', 'false', true, 'create files with mode 0640 instead of 0600'),
   spec('KUBE_CA_FILE', 'string', '', true, 'CA file for the plugin kubeconfig (default <sa>/ca.crt)'),
   spec('SKIP_TLS_VERIFY', 'bool', 'false', true, 'plugin kubeconfig skips TLS verification'),
