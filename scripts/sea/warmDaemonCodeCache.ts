@@ -30,7 +30,7 @@ async function readyz(port: number): Promise<number> {
 
 export async function warmDaemonCodeCache(
   nodeBinary: string,
-  execArgv: readonly string[],
+  nodeFlags: readonly string[],
   bundleFile: string,
   cacheFile: string,
 ): Promise<void> {
@@ -51,7 +51,7 @@ export async function warmDaemonCodeCache(
   // Nothing listens on the API port: the agent's informers start and retry, as on a node whose API is slow.
   const apiPort = await freePort();
   try {
-    const child = spawn(nodeBinary, [...execArgv, join(import.meta.dirname, 'warmCodeCache.cjs'), bundleFile, cacheFile], {
+    const child = spawn(nodeBinary, [...nodeFlags, join(import.meta.dirname, 'warmCodeCache.cjs'), bundleFile, cacheFile], {
       env: {
         PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
         CNI_BIN_SOURCE_DIR: image,

@@ -75,7 +75,12 @@ const PLAIN_POD = {
   status: { phase: 'Pending', podIP: '10.0.0.5', podIPs: [{ ip: '10.0.0.5' }] },
 };
 
-export async function warmPluginCodeCache(nodeBinary: string, bundleFile: string, cacheFile: string): Promise<void> {
+export async function warmPluginCodeCache(
+  nodeBinary: string,
+  nodeFlags: readonly string[],
+  bundleFile: string,
+  cacheFile: string,
+): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'istio-cni-warm-'));
   const agentRunDir = join(dir, 'agent');
   const degradedRunDir = join(dir, 'degraded');
@@ -106,7 +111,7 @@ export async function warmPluginCodeCache(nodeBinary: string, bundleFile: string
     // The degraded run logs (agent unreachable): shown only if the warm-up fails.
     let stderr = '';
     const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(nodeBinary, [join(import.meta.dirname, 'warmCodeCache.cjs'), bundleFile, cacheFile, planFile], {
+      const child = spawn(nodeBinary, [...nodeFlags, join(import.meta.dirname, 'warmCodeCache.cjs'), bundleFile, cacheFile, planFile], {
         env: ADD_ENV,
         stdio: ['ignore', 'ignore', 'pipe'],
       });
