@@ -1,16 +1,24 @@
 /**
  * Produces the daemon's warmed V8 code cache: runs the bundle (under the executable's own runtime
- * flags) as a daemon on a scratch node until `/readyz` answers 200 — plugin copied, kubeconfig and
- * CNI config written, servers listening, the agent started against an API server that is not there
+ * flags) as a daemon on a scratch node until `/readyz` answers 200 and its pod informer is watching
+ * — plugin copied, kubeconfig and CNI config written, servers listening, the agent's and the repair
+ * controller's informer synced from a stand-in API server (one pod of this node, outside the mesh)
  * — then stops it with SIGTERM (cleanup included) and keeps the code cache V8 has at exit. Each
  * start then finds the functions of that path compiled; SEA's own code cache, made before anything
  * runs, has only the bundle's top level.
+ *
+ * The stop point is an event, not a time: the same paths run in every build (an API server that is
+ * not there made the client's retry path run in some builds and not in others, so the cache's
+ * bytes changed; see scripts/build.ts on reproducible builds).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { startFakeKubeApi } from '../../test/support/fakeKubeApi.ts';
+
+const NODE_NAME = 'warm-node';
 
 async function freePort(): Promise<number> {
   const server = createServer();
@@ -48,8 +56,17 @@ export async function warmDaemonCodeCache(
   writeFileSync(join(sa, 'ca.crt'), 'warm-up');
   writeFileSync(join(netDir, '10-bridge.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'warm', plugins: [{ type: 'bridge' }] }));
   const readinessPort = await freePort();
-  // Nothing listens on the API port: the agent's informers start and retry, as on a node whose API is slow.
-  const apiPort = await freePort();
+  const api = await startFakeKubeApi({ token: 'warm-up' });
+  api.upsertNamespace({ metadata: { name: 'default' } });
+  api.upsertPod({
+    metadata: { name: 'warmup-0', namespace: 'default', uid: 'u', labels: { app: 'warmup' } },
+    spec: { nodeName: NODE_NAME, containers: [{ name: 'app', image: 'app' }] },
+    status: { phase: 'Running', podIP: '10.0.0.5', podIPs: [{ ip: '10.0.0.5' }] },
+  });
+  const kubeconfig = join(root, 'kubeconfig');
+  api.writeKubeconfig(kubeconfig);
+  // The last things start-up logs, once the informer has listed (the repair controller's comes after).
+  const lastStartupLogs = ['informers synced', 'repair controller started'];
   try {
     const child = spawn(nodeBinary, [...nodeFlags, join(import.meta.dirname, 'warmCodeCache.cjs'), bundleFile, cacheFile], {
       env: {
@@ -59,25 +76,30 @@ export async function warmDaemonCodeCache(
         MOUNTED_CNI_NET_DIR: netDir,
         CNI_AGENT_RUN_DIR: dir('run'),
         SERVICE_ACCOUNT_DIR: sa,
+        KUBECONFIG: kubeconfig,
         KUBERNETES_SERVICE_HOST: '127.0.0.1',
-        KUBERNETES_SERVICE_PORT: String(apiPort),
+        KUBERNETES_SERVICE_PORT: new URL(api.url).port,
+        KUBERNETES_NODE_NAME: NODE_NAME,
         READINESS_PORT: String(readinessPort),
         MONITORING_PORT: '0',
         CHAINED_CNI_PLUGIN: 'true',
         REPAIR_ENABLED: 'true',
         REPAIR_LABEL_PODS: 'true',
       },
-      stdio: ['ignore', 'ignore', 'inherit'],
+      stdio: ['ignore', 'pipe', 'inherit'],
     });
+    let log = '';
+    child.stdout.on('data', (chunk: Buffer) => (log += chunk.toString()));
+    const startedUp = () => lastStartupLogs.every((msg) => log.includes(`"msg":${JSON.stringify(msg)}`));
     const closed = new Promise<number | null>((resolve, reject) => {
       child.on('error', reject);
       child.on('close', resolve);
     });
     const deadline = Date.now() + 60_000;
-    while ((await readyz(readinessPort)) !== 200) {
+    while (!startedUp() || (await readyz(readinessPort)) !== 200) {
       if (child.exitCode !== null || Date.now() > deadline) {
         child.kill('SIGKILL');
-        throw new Error(`daemon code-cache warm-up never became ready (exit ${child.exitCode})`);
+        throw new Error(`daemon code-cache warm-up never became ready (exit ${child.exitCode}):\n${log}`);
       }
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -86,6 +108,7 @@ export async function warmDaemonCodeCache(
     if (code !== 0) throw new Error(`daemon code-cache warm-up exited ${code}`);
     if (statSync(cacheFile).size === 0) throw new Error('daemon code-cache warm-up wrote an empty cache');
   } finally {
+    await api.close();
     rmSync(root, { recursive: true, force: true });
   }
 }
