@@ -7,7 +7,7 @@
 // of 5 need the chart rendered with `profile=ambient`: they run on a rig of their own in
 // `ambient.test.ts`.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -369,8 +369,22 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
       binDir: rig.containerd.cniBinDir,
       allowFailure: true,
     });
-    assert.notEqual(status.exitCode, 0, 'STATUS reports the plugin unavailable while the agent is down');
-    assert.match(status.stderr + status.stdout, /not reachable/);
+    // Degraded mode has just served a sidecar pod: the node can take pods, so STATUS succeeds.
+    assert.equal(status.exitCode, 0, `STATUS succeeds while degraded mode can decide pods: ${status.stderr}${status.stdout}`);
+    // Without the kubeconfig degraded mode cannot read a pod: STATUS says so, naming both causes.
+    const kubeconfigAside = `${node.kubeconfigPath}.aside`;
+    renameSync(node.kubeconfigPath, kubeconfigAside);
+    try {
+      const without = await runCnitool('status', only.name, '/dev/null', {
+        confDir: only.confDir,
+        binDir: rig.containerd.cniBinDir,
+        allowFailure: true,
+      });
+      assert.notEqual(without.exitCode, 0, 'STATUS reports the plugin unavailable with the agent down and no kubeconfig');
+      assert.match(without.stderr + without.stdout, /not reachable.*degraded mode cannot decide pods either/s);
+    } finally {
+      renameSync(kubeconfigAside, node.kubeconfigPath);
+    }
 
     await node.start();
     const back = await startPod('sidecar', MESH_NS, 'sidecar-agent-back');

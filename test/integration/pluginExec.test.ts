@@ -165,9 +165,16 @@ describe('istio-cni without the agent', () => {
     assert.equal(res.code, 0, res.stdout);
   });
 
-  it('STATUS answers 50 (plugin not available)', async () => {
+  it('STATUS answers 50 (plugin not available) naming both causes: no agent, and no kubeconfig for degraded mode', async () => {
     const res = await execPlugin(PLUGIN, env('STATUS'), JSON.stringify(istioConf('1.1.0', noAgentDir)));
-    assertCniError(res, 50);
+    const out = assertCniError(res, 50);
+    assert.match(String(out.msg), /agent is not reachable .*; degraded mode cannot decide pods either: .*istio-cni-kubeconfig/);
+  });
+
+  it('STATUS answers 50 with ambient enabled, without reading the kubeconfig', async () => {
+    const res = await execPlugin(PLUGIN, env('STATUS'), JSON.stringify(istioConf('1.1.0', noAgentDir, { ambient_enabled: true })));
+    const out = assertCniError(res, 50);
+    assert.match(String(out.msg), /only the agent can enrol an ambient pod/);
   });
 
   it('GC succeeds', async () => {

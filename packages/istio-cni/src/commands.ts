@@ -38,6 +38,8 @@ export interface PluginDeps {
 export interface DegradedRunner {
   add(config: PluginConfig, k8s: K8sArgs, netns: string, podIps: readonly string[], log: Logger): Promise<DegradedOutcome>;
   check(config: PluginConfig, k8s: K8sArgs, netns: string): Promise<void>;
+  /** `undefined` when degraded mode could serve ADDs now; otherwise why not. */
+  status(config: PluginConfig): Promise<string | undefined>;
 }
 
 /** Why an invocation is answered without asking the agent, or `undefined` when the agent decides. */
@@ -164,15 +166,23 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
     },
 
     async status(args, conf) {
-      const { config } = prepare(args, conf);
+      // 0 exactly when an ADD of any pod this node may get would be handled now: the agent is ready,
+      // or degraded mode could decide it (docs/architecture.md "Degraded mode", STATUS). A runtime
+      // that calls STATUS (containerd 2.x) reports the node NotReady on an error.
+      const { config, log } = prepare(args, conf);
+      let agentProblem: string;
       try {
         await askAgent(deps.agentFor(config), handoffRequest('STATUS', args, conf, emptyK8sArgs()));
+        return;
       } catch (err) {
-        if (err instanceof AgentUnreachableError) {
-          throw new CniError(ErrorCode.PluginNotAvailable, 'istio-cni node agent is not reachable', err.message);
-        }
-        throw err;
+        if (err instanceof AgentUnreachableError) agentProblem = `istio-cni node agent is not reachable (${err.message})`;
+        else if (err instanceof CniError && err.code === ErrorCode.PluginNotAvailable)
+          agentProblem = `istio-cni node agent is not ready: ${err.message}`;
+        else throw err;
       }
+      const degradedProblem = deps.degraded ? await deps.degraded.status(config) : 'degraded mode is not available';
+      if (degradedProblem !== undefined) throw new CniError(ErrorCode.PluginNotAvailable, `${agentProblem}; ${degradedProblem}`);
+      log.debug('STATUS: agent not ready, degraded mode can decide pods', { agent: agentProblem });
     },
   };
 }

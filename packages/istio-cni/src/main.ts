@@ -46,6 +46,7 @@ async function main(): Promise<void> {
       // Loaded on demand: the API reader and the rule programming stay off the hot path.
       add: async (...a) => (await import('./degraded/realDegradedMode.ts')).runDegradedAdd(...a),
       check: async (...a) => (await import('./degraded/realDegradedMode.ts')).runDegradedCheck(...a),
+      status: async (config) => (await import('./degraded/realDegradedMode.ts')).runDegradedStatus(config),
     },
     onConfig: (config) => {
       logger.setThreshold(parseLogThreshold(config.pluginLogLevel));

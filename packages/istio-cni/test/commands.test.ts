@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { CniError, dispatch, parseNetConf, type CmdArgs } from '@istio-cni/cni';
 import { createJsonLogger, parsePluginConfig, type HandoffRequest, type HandoffResponse } from '@istio-cni/handoff';
 import { AgentUnreachableError, type AgentClient } from '../src/agentClient.ts';
-import { createPluginFuncs, skipReason } from '../src/commands.ts';
+import { createPluginFuncs, skipReason, type DegradedRunner } from '../src/commands.ts';
 
 const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
 
@@ -14,6 +14,19 @@ function fakeAgent(answer: HandoffResponse | Error): AgentClient & { requests: H
     async call(request) {
       requests.push(request);
       if (answer instanceof Error) throw answer;
+      return answer;
+    },
+  };
+}
+
+/** A degraded runner that only answers STATUS (recording the network asked about). */
+function degradedStatusOnly(asked: string[], answer: string | undefined): DegradedRunner {
+  const unused = () => Promise.reject(new Error('not expected in this test'));
+  return {
+    add: unused,
+    check: unused,
+    async status(config) {
+      asked.push(config.cniAgentRunDir);
       return answer;
     },
   };
@@ -140,17 +153,65 @@ describe('createPluginFuncs', () => {
     }
   });
 
-  it('STATUS is 50 when the agent is unreachable and the agent error otherwise', async () => {
+  it('STATUS is 50 when the agent is unreachable or not ready and there is no degraded mode', async () => {
     const down = createPluginFuncs({ logger, agentFor: () => fakeAgent(new AgentUnreachableError('gone')) });
     await assert.rejects(
       down.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
-      (e: unknown) => e instanceof CniError && e.code === 50,
+      (e: unknown) => e instanceof CniError && e.code === 50 && /not reachable \(gone\)/.test(e.message),
     );
     const notReady = createPluginFuncs({
       logger,
       agentFor: () => fakeAgent({ protocol: 1, error: { code: 50, msg: 'watches not synced' } }),
     });
-    await assert.rejects(notReady.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })), /watches not synced/);
+    await assert.rejects(
+      notReady.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
+      (e: unknown) => e instanceof CniError && e.code === 50 && /not ready: watches not synced/.test(e.message),
+    );
+  });
+
+  it('STATUS is 0 with the agent ready, without asking degraded mode', async () => {
+    const asked: string[] = [];
+    const funcs = createPluginFuncs({
+      logger,
+      agentFor: () => fakeAgent({ protocol: 1, verdict: 'ok' }),
+      degraded: degradedStatusOnly(asked, 'never asked'),
+    });
+    await funcs.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' }));
+    assert.deepEqual(asked, []);
+  });
+
+  it('STATUS with the agent down or not ready follows whether degraded mode could decide pods', async () => {
+    for (const agent of [
+      new AgentUnreachableError('gone'),
+      { protocol: 1, error: { code: 50, msg: 'pod watch not synced yet' } },
+    ] as const) {
+      const asked: string[] = [];
+      const able = createPluginFuncs({ logger, agentFor: () => fakeAgent(agent), degraded: degradedStatusOnly(asked, undefined) });
+      await able.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' }));
+      assert.deepEqual(asked, ['/run/x']);
+      const unable = createPluginFuncs({
+        logger,
+        agentFor: () => fakeAgent(agent),
+        degraded: degradedStatusOnly([], 'kubeconfig missing'),
+      });
+      await assert.rejects(
+        unable.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
+        (e: unknown) =>
+          e instanceof CniError && e.code === 50 && /istio-cni node agent is not (reachable|ready).*; kubeconfig missing$/.test(e.message),
+      );
+    }
+  });
+
+  it('STATUS passes any other agent error through unchanged', async () => {
+    const funcs = createPluginFuncs({
+      logger,
+      agentFor: () => fakeAgent({ protocol: 1, error: { code: 999, msg: 'boom' } }),
+      degraded: degradedStatusOnly([], undefined),
+    });
+    await assert.rejects(
+      funcs.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
+      (e: unknown) => e instanceof CniError && e.code === 999 && e.message === 'boom',
+    );
   });
 
   it('GC sends the valid attachments to the agent', async () => {

@@ -6,7 +6,7 @@ import { createJsonLogger, parsePluginConfig } from '@istio-cni/handoff';
 import { PodNetnsRefusedError } from '@istio-cni/dataplane/sidecar';
 
 import { ApiRequestError, ApiUnauthorizedError } from '../src/degraded/apiReader.ts';
-import { degradedAdd, degradedCheck, type DegradedDeps } from '../src/degraded/degradedMode.ts';
+import { degradedAdd, degradedCheck, degradedStatus, type DegradedDeps } from '../src/degraded/degradedMode.ts';
 
 const log = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
 const k8s = { podName: 'web-0', podNamespace: 'default', podUid: 'u', podInfraContainerId: 'c' };
@@ -170,5 +170,40 @@ describe('degraded CHECK', () => {
     await degradedCheck(deps, config(), k8s, '/ns', policy);
     assert.deepEqual(deps.verified, []);
     assert.deepEqual(deps.applied, []);
+  });
+});
+
+describe('degraded STATUS (agent not ready)', () => {
+  it('can decide pods when the token reads pods and ambient is off', async () => {
+    let probes = 0;
+    assert.equal(
+      await degradedStatus(config(false), async () => {
+        probes++;
+      }),
+      undefined,
+    );
+    assert.equal(probes, 1);
+  });
+
+  it('cannot with ambient enabled, without asking the API', async () => {
+    let probes = 0;
+    const reason = await degradedStatus(config(true), async () => {
+      probes++;
+    });
+    assert.match(reason ?? '', /only the agent can enrol an ambient pod/);
+    assert.equal(probes, 0);
+  });
+
+  it('cannot when the probe fails, naming what the API answered', async () => {
+    for (const err of [
+      new ApiUnauthorizedError('Unauthorized: the API server rejected the istio-cni token (expired or revoked?)'),
+      new ApiRequestError('GET /api/v1/namespaces/kube-system/pods/x: HTTP 403: forbidden', 403),
+      new Error('/run/istio-cni/istio-cni-kubeconfig: ENOENT'),
+    ]) {
+      const reason = await degradedStatus(config(false), async () => {
+        throw err;
+      });
+      assert.equal(reason, `degraded mode cannot decide pods either: ${err.message}`);
+    }
   });
 });

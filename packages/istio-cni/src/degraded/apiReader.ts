@@ -48,3 +48,11 @@ export function getPod(client: KubeClient, namespace: string, name: string): Pro
 export function getNamespace(client: KubeClient, name: string): Promise<Namespace | undefined> {
   return get<Namespace>(client, namespacePath(name));
 }
+
+/** A pod name no pod has: its GET answers 404 exactly when the API is reachable and the token may read pods. */
+const PROBE_POD = podPath('kube-system', 'istio-cni-status-probe');
+
+/** Throws unless the plugin's token can read pods now (401, 403, no answer). */
+export async function probePodRead(client: KubeClient): Promise<void> {
+  await get<Pod>(client, PROBE_POD);
+}

@@ -151,3 +151,19 @@ export async function degradedCheck(
   const notInPlace = missingRulesFailure(missing);
   if (notInPlace) throw cniError(notInPlace);
 }
+
+/**
+ * Whether degraded mode could serve any ADD this node may get right now (docs/architecture.md
+ * "Degraded mode", STATUS): never with ambient enabled (only the agent hands a pod to ztunnel);
+ * otherwise when the installer's kubeconfig is there and its token reads pods. `probe` makes that
+ * one read and throws what the API answered. Resolves when it could; otherwise the reason.
+ */
+export async function degradedStatus(config: PluginConfig, probe: () => Promise<void>): Promise<string | undefined> {
+  if (config.ambientEnabled) return 'ambient is enabled and only the agent can enrol an ambient pod';
+  try {
+    await probe();
+    return undefined;
+  } catch (err) {
+    return `degraded mode cannot decide pods either: ${(err as Error).message}`;
+  }
+}

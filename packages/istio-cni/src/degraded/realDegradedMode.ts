@@ -2,10 +2,12 @@ import type { SidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { PLUGIN_KUBECONFIG, runDirPath, type Logger, type PluginConfig } from '@istio-cni/handoff';
 import type { KubeClient } from '@istio-cni/kube/client';
-import { getNamespace, getPod, pluginApiClient } from './apiReader.ts';
-import { degradedAdd, degradedCheck, type DegradedDeps, type DegradedOutcome } from './degradedMode.ts';
+import { getNamespace, getPod, pluginApiClient, probePodRead } from './apiReader.ts';
+import { degradedAdd, degradedCheck, degradedStatus, type DegradedDeps, type DegradedOutcome } from './degradedMode.ts';
 
 const REQUEST_TIMEOUT_MS = 5_000;
+/** STATUS runs on every runtime status check (every few seconds): one short attempt, no retries. */
+const STATUS_PROBE_TIMEOUT_MS = 2_000;
 
 /**
  * Degraded mode wired to the real world: the installer's kubeconfig, plain HTTPS to the API
@@ -49,4 +51,12 @@ export async function runDegradedAdd(
 
 export async function runDegradedCheck(config: PluginConfig, k8s: K8sArgs, netns: string): Promise<void> {
   return degradedCheck(await realDeps(config), config, k8s, netns);
+}
+
+/** STATUS with the agent not ready: `undefined` when degraded mode could serve ADDs now, else why not. */
+export async function runDegradedStatus(config: PluginConfig): Promise<string | undefined> {
+  return degradedStatus(config, async () => {
+    const kubeconfigPath = runDirPath(config.cniAgentRunDir, PLUGIN_KUBECONFIG);
+    await probePodRead(await pluginApiClient(kubeconfigPath, STATUS_PROBE_TIMEOUT_MS));
+  });
 }
