@@ -83,6 +83,12 @@ if $is_root && command -v modprobe >/dev/null; then
 fi
 
 if [[ ! -d node_modules || package-lock.json -nt node_modules || package.json -nt node_modules ]]; then
-  npm ci --no-audit --no-fund
-  touch node_modules
+  command -v npm >/dev/null || { echo "setup: missing npm (it runs npm ci); install Node.js's npm, e.g. sudo apt-get install npm" >&2; exit 1; }
+  # Under sudo, node_modules belongs to the user who owns the checkout, not to root.
+  as_user=()
+  if $is_root && [[ -n "${SUDO_USER:-}" && "${SUDO_USER}" != root ]]; then
+    as_user=(runuser -u "$SUDO_USER" -- env HOME="$(getent passwd "$SUDO_USER" | cut -d: -f6)")
+  fi
+  "${as_user[@]}" npm ci --no-audit --no-fund
+  "${as_user[@]}" touch node_modules
 fi
