@@ -30,7 +30,7 @@ present() {
   return 1
 }
 
-# Fills `missing_packages` and `missing_text` ("nft (nftables), …") from the list.
+# Fills `missing_packages` and `missing_text` ("nft (package nftables), …") from the list.
 check() {
   missing_packages=()
   missing_text=''
