@@ -12,9 +12,18 @@ BIOME := $(NODE) node_modules/@biomejs/biome/bin/biome
 UNIT_TESTS := packages/*/test/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
-.PHONY: all build reproducible lint format typecheck test test-fast test-unit test-integration bench bench-peer e2e clean
+.PHONY: all setup build reproducible lint format typecheck test test-fast test-unit test-integration bench bench-peer e2e clean
 
 all: build
+
+# What the tests and `make up` need from the host (scripts/host-tools.txt: iptables, nft, ipset, the
+# reference CNI plugins, ...), kernel modules, node_modules. Installs what is missing as root on
+# Debian; otherwise names what is missing and fails. The targets below run it first: with everything
+# in place it only looks. SETUP_GROUPS narrows it to the list's groups a target needs.
+SETUP_GROUPS :=
+setup:
+	@bash scripts/setup.sh $(SETUP_GROUPS)
+test-fast test-integration bench: SETUP_GROUPS := kernel cni-plugins build
 
 node_modules: package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -45,7 +54,7 @@ test-unit: node_modules
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) $(UNIT_TESTS)
 
 # Integration tests need root (network namespaces, iptables, nft, ipset) and the built executables.
-test-integration: build
+test-integration: setup build
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(INTEGRATION_TESTS)
 
 # These targets build first: a test that finds dist/ missing or stale fails instead of skipping.
@@ -53,17 +62,17 @@ test test-fast test-integration: export ISTIO_CNI_REQUIRE_DIST := 1
 
 # The one test command: lint, type check, unit + golden, integration against the real kernel, then the
 # e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
-test: lint typecheck build reproducible
+test: setup lint typecheck build reproducible
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 	$(MAKE) e2e
 
 # Everything but e2e, for a quick loop.
-test-fast: lint typecheck build
+test-fast: setup lint typecheck build
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 
 # Root runs the side by side with upstream's Go agent too: it needs the e2e rig (a real
 # kube-apiserver) and upstream's build, both cached. PEER=0 leaves it out.
-bench: build
+bench: setup build
 	@if [ "$$(id -u)" = 0 ] && [ "$(PEER)" != 0 ]; then $(MAKE) e2e-rig bench-peer; fi
 	$(NODE) bench/run.ts
 

@@ -8,7 +8,7 @@ CHART_SET ?=
 
 .PHONY: up down e2e-cluster
 
-up: e2e-rig image
+up: setup e2e-rig image
 	$(NODE) test/e2e/cluster/up.ts --nodes=$(NODES) --image=$(IMAGE) --image-archive=$(IMAGE_ARCHIVE) $(foreach s,$(CHART_SET),--set=$(s))
 
 down:

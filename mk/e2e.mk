@@ -11,7 +11,7 @@ e2e-rig:
 	bash test/e2e/rig/build.sh
 
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
-e2e: e2e-rig build
+e2e: setup e2e-rig build
 	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
 
 # Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm.

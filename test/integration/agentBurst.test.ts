@@ -10,7 +10,7 @@ import type { ExecResult } from '../support/execPlugin.ts';
 import { findLog } from '../support/pluginLogLines.ts';
 import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
 import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
-import { notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
 import { watchPeakRss } from '../support/watchPeakRss.ts';
 
@@ -27,7 +27,7 @@ const variants: { name: string; env: Record<string, string> }[] = [
 ];
 
 for (const variant of variants)
-  describe(`${PODS} simultaneous sidecar ADDs [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
+  describe(`${PODS} simultaneous sidecar ADDs [${variant.name}]`, { skip: kernelSkip, timeout: 300_000 }, () => {
     let rig: AgentRig;
     const namespaces: PodNetns[] = [];
 

@@ -12,7 +12,8 @@ import { PLUGIN_KUBECONFIG, runDirPath } from '@istio-cni/handoff';
 import { findLog } from '../support/pluginLogLines.ts';
 import { AMBIENT_LABEL, DEFAULT_ENABLEMENT_SELECTORS, namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { ANY_ISTIO_STATE, CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
-import { createPodNetworkFixture, notRootSkip, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { createPodNetworkFixture, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 import { startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
 
 const AMBIENT_CONF = { ambient_enabled: true, enablement_selectors: DEFAULT_ENABLEMENT_SELECTORS };
@@ -37,7 +38,7 @@ const variants: { name: string; env: Record<string, string> }[] = [
 
 for (const variant of variants)
   describe(`plugin degraded mode while the node agent is down, then back [${variant.name}]`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 240_000,
   }, () => {
     let rig: AgentRig;

@@ -9,7 +9,8 @@ import { after, before, describe, it } from 'node:test';
 import { findLog } from '../support/pluginLogLines.ts';
 import { namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { ANY_ISTIO_STATE, netnsRuleset } from '../support/netnsRuleset.ts';
-import { createPodNetworkFixture, notRootSkip, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { createPodNetworkFixture, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 import { startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
 import { socketWorkers } from '../support/startSocketWorker.ts';
 
@@ -20,7 +21,7 @@ function attachmentOf(net: PodNetworkFixture, containerId: string): PodAttachmen
   return { netns: net.pod.path, containerId, address: `${net.pod.ipv4}/24`, gateway: net.node.ipv4 };
 }
 
-describe('node agent hand-off (plugin exec → agent → rules in the pod netns)', { skip: notRootSkip, timeout: 180_000 }, () => {
+describe('node agent hand-off (plugin exec → agent → rules in the pod netns)', { skip: kernelSkip, timeout: 180_000 }, () => {
   let rig: AgentRig;
 
   before(async () => {

@@ -17,7 +17,7 @@ import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { burstDiagnostic, burstWithKubeletRetries, faultsOn } from '../support/kubeletBurst.ts';
 import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
-import { notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 
 const NS = 'amb-faults';
 const PODS = 100;
@@ -29,7 +29,7 @@ const backends = [
 ] as const;
 
 for (const backend of backends)
-  describe(`API faults under a 100-pod ambient burst [${backend.name}]`, { skip: notRootSkip, timeout: 600_000 }, () => {
+  describe(`API faults under a 100-pod ambient burst [${backend.name}]`, { skip: kernelSkip, timeout: 600_000 }, () => {
     let kubelet: FakeKubelet | undefined;
     let node: AmbientNode;
     let rig: AmbientRig;

@@ -28,7 +28,8 @@ import {
   verifyAmbientPodRules,
 } from '@istio-cni/dataplane';
 import { addNetns } from '../support/netns.ts';
-import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 
 const config = ambientConfigFromOptions({ enableIPv6: true, redirectDns: true });
 const uidA = '863b91d4-4b68-4efa-917f-4b560e3e86aa';
@@ -73,7 +74,7 @@ async function waitForNetns(pid: number, inode: number): Promise<void> {
 }
 
 test('a process in a real pod netns is found by the procfs scan and owns it only by the pod IP', {
-  skip: notRootSkip,
+  skip: kernelSkip,
   timeout: 60_000,
 }, async (t) => {
   const fixture = createPodNetworkFixture(t);
@@ -111,7 +112,7 @@ test('a process in a real pod netns is found by the procfs scan and owns it only
   assert.equal(byV6.size, 1, 'the IPv6 address also proves ownership');
 });
 
-test('the host netns is never handed out even when a host process claims a pod cgroup', { skip: notRootSkip }, async () => {
+test('the host netns is never handed out even when a host process claims a pod cgroup', { skip: kernelSkip }, async () => {
   const finder = await createPodNetnsProcFinder({ procFs: procFsWithFakeCgroup(process.pid, uidA), checkOwnership: async () => true });
   const found = await finder.findNetnsForPods(
     new Map([[uidA, { uid: uidA, name: 'a', namespace: 'ns', serviceAccount: 'sa', ips: ['127.0.0.1'] }]]),
@@ -119,7 +120,7 @@ test('the host netns is never handed out even when a host process claims a pod c
   assert.equal(found.size, 0);
 });
 
-test('a CNI netns path opens to the same inode; a regular file is refused', { skip: notRootSkip }, (t) => {
+test('a CNI netns path opens to the same inode; a regular file is refused', { skip: kernelSkip }, (t) => {
   const ns = addNetns('amb-cni');
   t.after(() => ns.remove());
   const guard = createPodNetnsGuard({ hostProcDir: '/proc' });
@@ -154,7 +155,7 @@ async function ambientState(runner: CommandRunner, netns: string): Promise<strin
 
 for (const b of backends) {
   test(`[${b.name}] in-pod rules: apply, verify, re-apply unchanged, delete leaves nothing behind`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 90_000,
   }, async (t) => {
     const runner = createExecCommandRunner();
@@ -190,7 +191,7 @@ for (const b of backends) {
 
 for (const kind of ['ipset', 'nft'] as const) {
   test(`[${kind}] probe sets: upsert by UID, removal only for the owning UID, start-up sync, destroy`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 60_000,
   }, async (t) => {
     const host = addNetns('amb-host');
@@ -231,7 +232,7 @@ for (const kind of ['ipset', 'nft'] as const) {
 }
 
 for (const b of backends) {
-  test(`[${b.name}] host probe rules: create, verify, re-create, delete round trip`, { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+  test(`[${b.name}] host probe rules: create, verify, re-create, delete round trip`, { skip: kernelSkip, timeout: 60_000 }, async (t) => {
     const host = addNetns('amb-host');
     t.after(() => host.remove());
     const runner = createExecCommandRunner();

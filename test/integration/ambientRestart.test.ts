@@ -14,7 +14,7 @@ import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { ANY_ISTIO_STATE, netnsRuleset } from '../support/netnsRuleset.ts';
-import { notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 
 const NS = 'amb-restart';
 const REDIRECTION = 'ambient.istio.io/redirection';
@@ -41,7 +41,7 @@ const backends = [
 
 for (const backend of backends)
   describe(`ambient agent: ztunnel reconnects, kill -9 and restart, namespace unlabel [${backend.name}]`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 300_000,
   }, () => {
     let kubelet: FakeKubelet | undefined;

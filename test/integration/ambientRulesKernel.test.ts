@@ -16,20 +16,10 @@ import {
   renderAmbientPodNftTransaction,
   renderIptablesRestore,
 } from '@istio-cni/capture';
+import { kernelSkip } from '../support/hostTools.ts';
 
 /** Root only: the kernel and nft/iptables parsers accept every document, in a throwaway netns. */
-function throwawayNetnsSkip(): string | false {
-  if (process.getuid?.() !== 0) return 'needs root (network namespaces, iptables, nft)';
-  try {
-    execFileSync('unshare', ['-n', 'true'], { stdio: 'ignore' });
-    execFileSync('nft', ['--version'], { stdio: 'ignore' });
-    execFileSync('iptables-restore', ['--version'], { stdio: 'ignore' });
-    return false;
-  } catch (err) {
-    return `unshare, nft or iptables-restore unusable: ${(err as Error).message}`;
-  }
-}
-const skip = throwawayNetnsSkip();
+const skip = kernelSkip;
 
 /** Runs each script through `sh -c` positional args (never interpolated) in one new netns. */
 function inThrowawayNetns(

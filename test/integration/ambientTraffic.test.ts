@@ -14,7 +14,7 @@ import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
-import { notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 import { startSocketWorker, type SocketWorker } from '../support/startSocketWorker.ts';
 
 const NS = 'amb-traffic';
@@ -65,7 +65,7 @@ async function waitUntil(what: string, check: () => Promise<boolean> | boolean, 
 }
 
 for (const backend of backends)
-  describe(`ambient ADD through the built plugin and daemon [${backend.name}]`, { skip: notRootSkip, timeout: 180_000 }, () => {
+  describe(`ambient ADD through the built plugin and daemon [${backend.name}]`, { skip: kernelSkip, timeout: 180_000 }, () => {
     let kubelet: FakeKubelet | undefined;
     let node: AmbientNode;
     let rig: AmbientRig;

@@ -16,7 +16,7 @@ import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
 import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
 import type { FaultCounts } from '../support/faultProxy.ts';
 import { burstDiagnostic, burstWithKubeletRetries, faultsOn } from '../support/kubeletBurst.ts';
-import { notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
 
 const PODS = 100;
@@ -30,7 +30,7 @@ const variants: { name: string; env: Record<string, string> }[] = [
 const injected = (c: FaultCounts) => c.reset + c.resetAfterForward + c.tooMany + c.unavailable + c.closedOnReuse;
 
 for (const variant of variants)
-  describe(`API faults under a sidecar burst [${variant.name}]`, { skip: notRootSkip, timeout: 300_000 }, () => {
+  describe(`API faults under a sidecar burst [${variant.name}]`, { skip: kernelSkip, timeout: 300_000 }, () => {
     let rig: AgentRig;
     const created: PodNetns[] = [];
     let round = 0;

@@ -4,22 +4,11 @@ import { after, test } from 'node:test';
 import { createExecCommandRunner, createScratchNetnsOpener } from '@istio-cni/dataplane';
 import type { ScratchNetns } from '@istio-cni/dataplane';
 import { runCommand } from '../../packages/install-cni/test/istioIptablesHarness.ts';
+import { kernelSkip } from '../support/hostTools.ts';
 
 /** Real kernel, root only: the command applies, is idempotent, refuses drift and reconciles it. */
 
-function available(): string | undefined {
-  if (process.getuid?.() !== 0) return 'needs root';
-  for (const tool of ['iptables-nft', 'nft', 'unshare', 'nsenter']) {
-    try {
-      execFileSync('sh', ['-c', 'command -v "$1"', 'sh', tool], { stdio: 'ignore' });
-    } catch {
-      return `needs ${tool}`;
-    }
-  }
-  return undefined;
-}
-
-const skip = available();
+const skip = kernelSkip;
 const opened: ScratchNetns[] = [];
 after(async () => {
   for (const ns of opened) await ns.close();
@@ -41,7 +30,7 @@ function save(netns: string): string {
   return execFileSync('nsenter', [`--net=${netns}`, 'iptables-nft-save', '-t', 'nat'], { encoding: 'utf8' });
 }
 
-test('iptables-nft: apply, re-apply unchanged, drift refused, --reconcile converges', { skip: skip ?? false }, async () => {
+test('iptables-nft: apply, re-apply unchanged, drift refused, --reconcile converges', { skip }, async () => {
   const netns = await scratchNetns();
   const base = ['--netns', netns, '--iptables-version', 'nft', '-i', '*'];
   const first = await realRun([...base, '-b', '*']);
@@ -65,7 +54,7 @@ test('iptables-nft: apply, re-apply unchanged, drift refused, --reconcile conver
   assert.doesNotMatch(state, /-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT/);
 });
 
-test('nftables: --native-nftables creates the istio-proxy tables in the netns only', { skip: skip ?? false }, async () => {
+test('nftables: --native-nftables creates the istio-proxy tables in the netns only', { skip }, async () => {
   const netns = await scratchNetns();
   const run = await realRun(['--netns', netns, '--native-nftables', '-b', '*', '-i', '*']);
   assert.equal(run.exitCode, 0, run.stderr);

@@ -12,7 +12,8 @@ import { SUPPORTED_VERSIONS } from '@istio-cni/cni';
 import { PLUGIN, makeHostRoot, startDaemon, type DaemonProcess, type HostRoot } from '../support/daemonProcess.ts';
 import { execPlugin, type ExecResult } from '../support/execPlugin.ts';
 import { startFakeKubeApi, type FakeKubeApi } from '../support/fakeKubeApi.ts';
-import { addNetns, isRoot, type NamedNetns } from '../support/netns.ts';
+import { referencePluginsSkip } from '../support/hostTools.ts';
+import { addNetns, type NamedNetns } from '../support/netns.ts';
 import { REFERENCE_MAX_VERSION, attachPrimary, type PrimaryKind } from '../support/referencePlugins.ts';
 import { malformedCorpus } from '../../packages/cni/test/malformedCorpus.ts';
 
@@ -205,7 +206,7 @@ describe('istio-cni malformed input corpus (exec level)', () => {
   }
 });
 
-describe('istio-cni pass-through of real prevResults', { skip: !isRoot && 'needs root for network namespaces' }, () => {
+describe('istio-cni pass-through of real prevResults', { skip: referencePluginsSkip }, () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'istio-cni-ipam-'));
   const namespaces: NamedNetns[] = [];
   after(() => {

@@ -32,7 +32,8 @@ import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { AMBIENT_LABEL, namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
 import { addNetns } from '../support/netns.ts';
-import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { cniEnv, startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
 
 const run = promisify(execFile);
@@ -91,7 +92,7 @@ function notNetnsPaths(t: TestContext, daemonPid: number): [string, string, RegE
 
 const HOST_REASON = /it is the node's own network namespace|it is the network namespace istio-cni|it cannot be opened: EACCES/;
 
-test('the guard for real: node netns by every path, own netns, non-network namespaces; a pod netns opens', { skip: notRootSkip }, (t) => {
+test('the guard for real: node netns by every path, own netns, non-network namespaces; a pod netns opens', { skip: kernelSkip }, (t) => {
   const pod = addNetns('guard-pod');
   const node = addNetns('guard-node');
   t.after(() => {
@@ -169,7 +170,7 @@ function hostPaths(t: TestContext, daemonPid: number): [string, string, RegExp][
 
 for (const backend of backends)
   describe(`sidecar ADD into the node netns is refused: agent, then degraded mode [${backend.name}]`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 240_000,
   }, () => {
     let rig: AgentRig;
@@ -233,7 +234,7 @@ for (const backend of backends)
   });
 
 for (const backend of backends)
-  test(`repair in place never programs the node netns its search returned [${backend.name}]`, { skip: notRootSkip }, async (t) => {
+  test(`repair in place never programs the node netns its search returned [${backend.name}]`, { skip: kernelSkip }, async (t) => {
     const guard = createPodNetnsGuard({ hostProcDir: '/proc' });
     const capture = createSidecarCaptureManager({
       runner: createExecCommandRunner(),
@@ -283,7 +284,7 @@ const ambientBackends = [
 ] as const;
 
 for (const backend of ambientBackends)
-  describe(`ambient ADD of the node netns is refused [${backend.name}]`, { skip: notRootSkip, timeout: 240_000 }, () => {
+  describe(`ambient ADD of the node netns is refused [${backend.name}]`, { skip: kernelSkip, timeout: 240_000 }, () => {
     let kubelet: FakeKubelet | undefined;
     let node: AmbientNode;
     let rig: AmbientRig;

@@ -12,7 +12,8 @@ import { after, before, describe, it } from 'node:test';
 import type { KubeObject } from '../support/fakeKubeApi.ts';
 import { sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
-import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
 import { socketWorkers } from '../support/startSocketWorker.ts';
 
@@ -46,7 +47,7 @@ const backends = [
 ] as const;
 
 for (const backend of backends)
-  describe(`repair controller: repair in place [${backend.name}]`, { skip: notRootSkip, timeout: 180_000 }, () => {
+  describe(`repair controller: repair in place [${backend.name}]`, { skip: kernelSkip, timeout: 180_000 }, () => {
     let rig: AgentRig;
 
     before(async () => {

@@ -10,7 +10,8 @@ import {
   type IptablesBackend,
   verifySidecarCapture,
 } from '@istio-cni/dataplane';
-import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { sidecarRulePlan, type TestCaptureOptions, testCaptureConfig } from '../support/sidecarRulePlan.ts';
 
 const backends = [
@@ -67,7 +68,7 @@ async function snapshot(runner: CommandRunner, backend: IptablesBackend | undefi
 }
 
 for (const backend of backends) {
-  test(`[${backend.name}] applying the same config twice changes nothing`, { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+  test(`[${backend.name}] applying the same config twice changes nothing`, { skip: kernelSkip, timeout: 60_000 }, async (t) => {
     const s = await setUp(t, backend);
     const first = await s.apply(s.pod, configA);
     assert.equal(first.ipv6, true);
@@ -79,7 +80,7 @@ for (const backend of backends) {
   });
 
   test(`[${backend.name}] a changed config without reconcile fails clearly and changes nothing`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 60_000,
   }, async (t) => {
     const s = await setUp(t, backend);
@@ -99,7 +100,7 @@ for (const backend of backends) {
   });
 
   test(`[${backend.name}] reconcile converges and removes a foreign ISTIO_TEST chain`, {
-    skip: notRootSkip,
+    skip: kernelSkip,
     timeout: 60_000,
   }, async (t) => {
     const s = await setUp(t, backend);
@@ -124,7 +125,7 @@ for (const backend of backends) {
     assert.equal(after, await snapshot(s.runner, s.iptablesBackend, fresh), 'the reconciled netns equals a fresh apply of the new config');
   });
 
-  test(`[${backend.name}] verify lists what is missing in an untouched netns`, { skip: notRootSkip, timeout: 60_000 }, async (t) => {
+  test(`[${backend.name}] verify lists what is missing in an untouched netns`, { skip: kernelSkip, timeout: 60_000 }, async (t) => {
     const s = await setUp(t, backend);
     const differences = await s.verify(s.pod, configA);
     assert.ok(differences.length > 0);

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applySidecarCapture, createExecCommandRunner, createScratchNetnsOpener, detectIptablesBackend } from '@istio-cni/dataplane';
-import { createPodNetworkFixture, notRootSkip } from '../support/podNetworkFixture.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { sidecarRulePlan, testCaptureConfig } from '../support/sidecarRulePlan.ts';
 import { socketWorkers } from '../support/startSocketWorker.ts';
 
@@ -16,7 +17,7 @@ const PROXY_UID = 1337;
 
 for (const backend of backends) {
   for (const mode of modes) {
-    test(`[${backend.name} ${mode}] real traffic is captured as configured`, { skip: notRootSkip, timeout: 120_000 }, async (t) => {
+    test(`[${backend.name} ${mode}] real traffic is captured as configured`, { skip: kernelSkip, timeout: 120_000 }, async (t) => {
       const net = createPodNetworkFixture(t);
       const runner = createExecCommandRunner();
       const iptablesBackend =

@@ -11,11 +11,12 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createZtunnelServer, type PodSnapshotEntry, type ZtunnelServer } from '@istio-cni/dataplane';
 import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
-import { addNetns, isRoot, type NamedNetns } from '../support/netns.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { addNetns, type NamedNetns } from '../support/netns.ts';
 
 const workload = (name: string) => ({ name, namespace: 'zds-test', serviceAccount: 'default' });
 
-describe('ZDS passes real pod netns fds to ztunnel', { skip: isRoot ? false : 'needs root (ip netns add)', timeout: 60_000 }, () => {
+describe('ZDS passes real pod netns fds to ztunnel', { skip: kernelSkip, timeout: 60_000 }, () => {
   const pods: NamedNetns[] = [];
   const fds: number[] = [];
   const cache = new Map<string, PodSnapshotEntry>();

@@ -1,8 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 
-export const isRoot = process.getuid?.() === 0;
-
 /** A named network namespace (`ip netns add`), removed by `remove()`. */
 export interface NamedNetns {
   name: string;

@@ -2,9 +2,6 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import type { TestContext } from 'node:test';
 
-export const isRoot = process.getuid?.() === 0;
-export const notRootSkip = isRoot ? false : 'needs root (network namespaces, iptables, nft)';
-
 export interface NetnsEnd {
   name: string;
   path: string;
