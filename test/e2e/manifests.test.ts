@@ -112,6 +112,30 @@ describe('istio-cni Helm chart', () => {
     assert.equal(data.ISTIO_OWNED_CNI_CONFIG_FILENAME, undefined);
   });
 
+  test('AppArmor unconfined: unset, the field from Kubernetes 1.30 and the annotation before; set, as upstream', async () => {
+    const annotationKey = 'container.apparmor.security.beta.kubernetes.io/install-cni';
+    async function appArmor(kubeVersion: string, ...set: string[]): Promise<{ annotation: string | undefined; field: unknown }> {
+      const objects = parseManifest(await renderChart({ set, kubeVersion }));
+      const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+        spec: { template: { metadata: { annotations: Record<string, string> } } };
+      };
+      const security = daemonSetContainer(objects).securityContext as { appArmorProfile?: unknown };
+      return { annotation: ds.spec.template.metadata.annotations[annotationKey], field: security.appArmorProfile };
+    }
+    const field = { annotation: undefined, field: { type: 'Unconfined' } };
+    const annotation = { annotation: 'unconfined', field: undefined };
+    assert.deepEqual(await appArmor('v1.29.9'), annotation);
+    assert.deepEqual(await appArmor('v1.30.0'), field);
+    assert.deepEqual(await appArmor('v1.31.2-gke.1000'), field);
+    assert.deepEqual(await appArmor('v1.34.12'), field);
+    assert.deepEqual(await appArmor('v1.34.12', 'useAppArmorAnnotation=null'), field);
+    assert.deepEqual(await appArmor('v1.34.12', 'useAppArmorAnnotation=true'), annotation);
+    assert.deepEqual(await appArmor('v1.34.12', 'cni.useAppArmorAnnotation=true'), annotation);
+    assert.deepEqual(await appArmor('v1.29.9', 'useAppArmorAnnotation=false'), field);
+    // The checked-in rendering is for the rig's Kubernetes (1.34): no deprecated annotation in it.
+    assert.ok(!readFileSync(DEFAULT_MANIFEST, 'utf8').includes(annotationKey));
+  });
+
   test('each feature adds only its own permissions', async () => {
     const base = grants(await render('repair.enabled=false'));
     assert.deepEqual(base, [
