@@ -3,7 +3,16 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { DEFAULT_MANIFEST, findObject, parseManifest, renderChart, type KubeObject } from './support/chart.ts';
+import {
+  applyObjects,
+  DEFAULT_MANIFEST,
+  findObject,
+  parseManifest,
+  RELEASE_NAMESPACE,
+  renderChart,
+  type KubeObject,
+} from './support/chart.ts';
+import { startCluster } from './support/cluster.ts';
 import { CommandError } from './support/runCommand.ts';
 
 interface PolicyRule {
@@ -134,6 +143,21 @@ describe('istio-cni Helm chart', () => {
     assert.deepEqual(await appArmor('v1.29.9', 'useAppArmorAnnotation=false'), field);
     // The checked-in rendering is for the rig's Kubernetes (1.34): no deprecated annotation in it.
     assert.ok(!readFileSync(DEFAULT_MANIFEST, 'utf8').includes(annotationKey));
+  });
+
+  test("the default rendering applies to the rig's kube-apiserver without a warning; the AppArmor annotation draws one", async () => {
+    const cluster = await startCluster();
+    try {
+      await cluster.ensureNamespace(RELEASE_NAMESPACE);
+      assert.deepEqual(await applyObjects(cluster.api, parseManifest(readFileSync(DEFAULT_MANIFEST, 'utf8'))), []);
+      const annotated = findObject(await render('useAppArmorAnnotation=true'), 'DaemonSet', 'istio-cni-node');
+      annotated.metadata.name = 'istio-cni-node-annotated';
+      const warnings = await applyObjects(cluster.api, [annotated]);
+      assert.equal(warnings.length, 1, warnings.join('\n'));
+      assert.match(warnings[0] ?? '', /apparmor.*deprecated since v1\.30.*appArmorProfile/);
+    } finally {
+      await cluster.stop();
+    }
   });
 
   test('each feature adds only its own permissions', async () => {

@@ -68,17 +68,24 @@ export function collectionPath(obj: KubeObject, defaultNamespace: string = RELEA
   return `${group}/namespaces/${obj.metadata.namespace ?? defaultNamespace}/${plural}`;
 }
 
-/** Creates every object (replacing any with the same name), the way `kubectl apply` would on a fresh cluster. */
-export async function applyObjects(api: KubeClient, objects: readonly KubeObject[]): Promise<void> {
+/**
+ * Creates every object (replacing any with the same name), the way `kubectl apply` would on a fresh
+ * cluster; returns the API server's warnings, each prefixed with the object it was about.
+ */
+export async function applyObjects(api: KubeClient, objects: readonly KubeObject[]): Promise<string[]> {
+  const warnings: string[] = [];
   for (const obj of objects) {
     const collection = collectionPath(obj);
-    const res = await api.request('POST', collection, obj);
+    let res = await api.request('POST', collection, obj);
     if (res.status === 409) {
-      await api.must('PUT', `${collection}/${obj.metadata.name}`, obj);
-    } else if (res.status !== 201) {
+      res = await api.request('PUT', `${collection}/${obj.metadata.name}`, obj);
+    }
+    if (res.status !== 200 && res.status !== 201) {
       throw new Error(`creating ${obj.kind} ${obj.metadata.name} answered ${res.status}: ${res.text}`);
     }
+    warnings.push(...res.warnings.map((w) => `${obj.kind} ${obj.metadata.name}: ${w}`));
   }
+  return warnings;
 }
 
 export function findObject(objects: readonly KubeObject[], kind: string, name: string): KubeObject {
