@@ -14,6 +14,6 @@ e2e-rig:
 e2e: setup e2e-rig build
 	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
 
-# Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm.
+# Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm, for the rig's Kubernetes version.
 manifests: e2e-rig
 	$(NODE) test/e2e/support/writeDefaultManifest.ts

@@ -93,7 +93,7 @@ const targets: Target[] = [
     entry: 'packages/install-cni/src/main.ts',
     // A long-lived daemon of I/O glue on a 2-core node: a 1 MiB young generation (default up to
     // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
-    // compiler code. Measured in bench/ambient.ts (README, "Daemon runtime flags").
+    // compiler code. Measured in bench/ambient.ts (docs/decisions.md, "Daemon runtime flags").
     execArgv: ['--max-semi-space-size=1', '--no-opt', '--no-maglev'],
     // Every daemon start (a rolling update, a crash) compiles its start-up path; the cache has it.
     warmCodeCache: 'daemon',

@@ -3,7 +3,16 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { DEFAULT_MANIFEST, findObject, parseManifest, renderChart, type KubeObject } from './support/chart.ts';
+import {
+  applyObjects,
+  DEFAULT_MANIFEST,
+  findObject,
+  parseManifest,
+  RELEASE_NAMESPACE,
+  renderChart,
+  type KubeObject,
+} from './support/chart.ts';
+import { startCluster } from './support/cluster.ts';
 import { CommandError } from './support/runCommand.ts';
 
 interface PolicyRule {
@@ -110,6 +119,45 @@ describe('istio-cni Helm chart', () => {
     assert.equal(data.EXCLUDE_NAMESPACES, 'kube-system');
     assert.equal(data.CHAINED_CNI_PLUGIN, 'true');
     assert.equal(data.ISTIO_OWNED_CNI_CONFIG_FILENAME, undefined);
+  });
+
+  test('AppArmor unconfined: unset, the field from Kubernetes 1.30 and the annotation before; set, as upstream', async () => {
+    const annotationKey = 'container.apparmor.security.beta.kubernetes.io/install-cni';
+    async function appArmor(kubeVersion: string, ...set: string[]): Promise<{ annotation: string | undefined; field: unknown }> {
+      const objects = parseManifest(await renderChart({ set, kubeVersion }));
+      const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
+        spec: { template: { metadata: { annotations: Record<string, string> } } };
+      };
+      const security = daemonSetContainer(objects).securityContext as { appArmorProfile?: unknown };
+      return { annotation: ds.spec.template.metadata.annotations[annotationKey], field: security.appArmorProfile };
+    }
+    const field = { annotation: undefined, field: { type: 'Unconfined' } };
+    const annotation = { annotation: 'unconfined', field: undefined };
+    assert.deepEqual(await appArmor('v1.29.9'), annotation);
+    assert.deepEqual(await appArmor('v1.30.0'), field);
+    assert.deepEqual(await appArmor('v1.31.2-gke.1000'), field);
+    assert.deepEqual(await appArmor('v1.34.12'), field);
+    assert.deepEqual(await appArmor('v1.34.12', 'useAppArmorAnnotation=null'), field);
+    assert.deepEqual(await appArmor('v1.34.12', 'useAppArmorAnnotation=true'), annotation);
+    assert.deepEqual(await appArmor('v1.34.12', 'cni.useAppArmorAnnotation=true'), annotation);
+    assert.deepEqual(await appArmor('v1.29.9', 'useAppArmorAnnotation=false'), field);
+    // The checked-in rendering is for the rig's Kubernetes (1.34): no deprecated annotation in it.
+    assert.ok(!readFileSync(DEFAULT_MANIFEST, 'utf8').includes(annotationKey));
+  });
+
+  test("the default rendering applies to the rig's kube-apiserver without a warning; the AppArmor annotation draws one", async () => {
+    const cluster = await startCluster();
+    try {
+      await cluster.ensureNamespace(RELEASE_NAMESPACE);
+      assert.deepEqual(await applyObjects(cluster.api, parseManifest(readFileSync(DEFAULT_MANIFEST, 'utf8'))), []);
+      const annotated = findObject(await render('useAppArmorAnnotation=true'), 'DaemonSet', 'istio-cni-node');
+      annotated.metadata.name = 'istio-cni-node-annotated';
+      const warnings = await applyObjects(cluster.api, [annotated]);
+      assert.equal(warnings.length, 1, warnings.join('\n'));
+      assert.match(warnings[0] ?? '', /apparmor.*deprecated since v1\.30.*appArmorProfile/);
+    } finally {
+      await cluster.stop();
+    }
   });
 
   test('each feature adds only its own permissions', async () => {

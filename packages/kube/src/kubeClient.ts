@@ -8,7 +8,7 @@ import type { KubeCredentials } from './kubeconfigCredentials.ts';
  * A small Kubernetes REST client over node:http(s): JSON requests and watch streams, with the
  * daemon's credentials. It replaces @kubernetes/client-node, whose generated models, serializer
  * and bundled HTTP stack cost the daemon ~28 MiB of heap and ~10 MiB of mapped code at load
- * (README, "Kubernetes client"), for the dozen calls the daemon makes; the plugin's degraded mode
+ * (docs/decisions.md, "Kubernetes client"), for the dozen calls the daemon makes; the plugin's degraded mode
  * uses it too.
  */
 

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import type { KubeClient } from './kubeClient.ts';
-import { REPO_ROOT, rigBinary } from './rigPaths.ts';
+import { REPO_ROOT, rigBinary, rigKubernetesVersion } from './rigPaths.ts';
 import { runCommand } from './runCommand.ts';
 
 export const CHART_DIR = join(REPO_ROOT, 'manifests/charts/istio-cni');
@@ -19,7 +19,10 @@ export interface KubeObject {
 
 /**
  * `helm template` of the chart with the rig's helm; `set` entries are `key=value` for `--set`,
- * `values` are values files (`-f`), `kubeVersion` the cluster version the templates see.
+ * `values` are values files (`-f`), `kubeVersion` the cluster version the templates see: by default
+ * the rig's (`helm install` against its API server sees that one; `helm template` alone would see
+ * helm's built-in default: v1.20.0 for the rig's `go install`ed helm; release builds set it from
+ * the client-go they are built with).
  */
 export async function renderChart(
   options: { set?: readonly string[]; values?: readonly string[]; kubeVersion?: string; namespace?: string } = {},
@@ -27,7 +30,7 @@ export async function renderChart(
   const argv = [rigBinary('helm'), 'template', RELEASE_NAME, CHART_DIR, '--namespace', options.namespace ?? RELEASE_NAMESPACE];
   for (const f of options.values ?? []) argv.push('-f', f);
   for (const s of options.set ?? []) argv.push('--set', s);
-  if (options.kubeVersion !== undefined) argv.push('--kube-version', options.kubeVersion);
+  argv.push('--kube-version', options.kubeVersion ?? rigKubernetesVersion());
   // helm wants somewhere to keep its (unused) repository config; keep it out of $HOME.
   const env = {
     ...process.env,
@@ -65,17 +68,24 @@ export function collectionPath(obj: KubeObject, defaultNamespace: string = RELEA
   return `${group}/namespaces/${obj.metadata.namespace ?? defaultNamespace}/${plural}`;
 }
 
-/** Creates every object (replacing any with the same name), the way `kubectl apply` would on a fresh cluster. */
-export async function applyObjects(api: KubeClient, objects: readonly KubeObject[]): Promise<void> {
+/**
+ * Creates every object (replacing any with the same name), the way `kubectl apply` would on a fresh
+ * cluster; returns the API server's warnings, each prefixed with the object it was about.
+ */
+export async function applyObjects(api: KubeClient, objects: readonly KubeObject[]): Promise<string[]> {
+  const warnings: string[] = [];
   for (const obj of objects) {
     const collection = collectionPath(obj);
-    const res = await api.request('POST', collection, obj);
+    let res = await api.request('POST', collection, obj);
     if (res.status === 409) {
-      await api.must('PUT', `${collection}/${obj.metadata.name}`, obj);
-    } else if (res.status !== 201) {
+      res = await api.request('PUT', `${collection}/${obj.metadata.name}`, obj);
+    }
+    if (res.status !== 200 && res.status !== 201) {
       throw new Error(`creating ${obj.kind} ${obj.metadata.name} answered ${res.status}: ${res.text}`);
     }
+    warnings.push(...res.warnings.map((w) => `${obj.kind} ${obj.metadata.name}: ${w}`));
   }
+  return warnings;
 }
 
 export function findObject(objects: readonly KubeObject[], kind: string, name: string): KubeObject {

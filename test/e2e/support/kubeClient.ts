@@ -5,6 +5,8 @@ export interface KubeResponse<T = unknown> {
   body: T;
   /** The raw body, for failure messages and non-JSON endpoints like /readyz. */
   text: string;
+  /** The API server's `Warning` headers (deprecated fields and annotations, for instance). */
+  warnings: string[];
 }
 
 export interface KubeRequestOptions {
@@ -48,7 +50,7 @@ export function makeKubeClient(server: string, ca: string, token: string | null)
             } catch {
               // /readyz and friends answer plain text
             }
-            resolveReq({ status: res.statusCode ?? 0, body: parsed as T, text });
+            resolveReq({ status: res.statusCode ?? 0, body: parsed as T, text, warnings: res.headersDistinct.warning ?? [] });
           });
           res.on('error', reject);
         });

@@ -25,6 +25,17 @@ export function rigBinary(name: RigBinary): string {
   return path;
 }
 
+/**
+ * The Kubernetes version the rig builds (`KUBERNETES_VERSION` in `test/e2e/rig/build.sh`), e.g. `v1.34.12`:
+ * the version its API server reports.
+ */
+export function rigKubernetesVersion(): string {
+  const script = readFileSync(join(REPO_ROOT, 'test/e2e/rig/build.sh'), 'utf8');
+  const version = /^KUBERNETES_VERSION="(v[0-9][^"]*)"$/m.exec(script)?.[1];
+  if (version === undefined) throw new Error('test/e2e/rig/build.sh sets no KUBERNETES_VERSION="v…"');
+  return version;
+}
+
 /** The image reference the locally built pause image is imported under. */
 export function pauseImageRef(): string {
   rigBinary('pause-image.tar');
