@@ -1,6 +1,8 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startCluster, type Cluster, type ClusterOptions } from './cluster.ts';
 import { startContainerd, type Containerd } from './containerd.ts';
+import { nftTables, removeEmptyNftTables } from './emptyNftTables.ts';
 import { hostLeaks, takeHostSnapshot } from './hostSnapshot.ts';
 import { existingPortmapChains, removePrimaryNetworkLeftovers, writePrimaryNetwork, type PrimaryNetwork } from './primaryNetwork.ts';
 
@@ -13,9 +15,14 @@ export interface Rig {
   stop(): Promise<string[]>;
 }
 
+const FORWARDING_SYSCTLS = ['/proc/sys/net/ipv4/ip_forward', '/proc/sys/net/ipv6/conf/all/forwarding'];
+
 export async function startRig(options: { cluster?: ClusterOptions } = {}): Promise<Rig> {
   const hostBefore = await takeHostSnapshot();
   const portmapChainsBefore = await existingPortmapChains();
+  const nftTablesBefore = await nftTables();
+  // The bridge plugin's gateway turns on forwarding host-wide.
+  const forwardingBefore = FORWARDING_SYSCTLS.map((key) => [key, readFileSync(key, 'utf8')] as const);
   let cluster: Cluster | undefined;
   let containerd: Containerd | undefined;
   let network: PrimaryNetwork | undefined;
@@ -23,6 +30,8 @@ export async function startRig(options: { cluster?: ClusterOptions } = {}): Prom
     await containerd?.stop();
     await cluster?.stop();
     if (network !== undefined) await removePrimaryNetworkLeftovers(network, portmapChainsBefore);
+    await removeEmptyNftTables(nftTablesBefore);
+    for (const [key, value] of forwardingBefore) writeFileSync(key, value);
     return hostLeaks(hostBefore, await takeHostSnapshot());
   };
   try {
