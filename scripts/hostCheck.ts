@@ -3,7 +3,8 @@
 // iptables (legacy and nft, v4 and v6, empty tables included), the nft ruleset, ipsets, mounts,
 // top-level cgroup directories, host paths and sysctls are compared before and after
 // (test/e2e/support/hostSnapshot.ts). Only what appeared during the run counts; what another process
-// on the machine had up for a moment is dropped by a second look after HOST_CHECK_SETTLE_MS.
+// on the machine had up for a while is dropped by looking again, every 2 s for up to
+// HOST_CHECK_SETTLE_MS (only while something is still reported).
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,10 +17,11 @@ if (argv.length === 0) {
   console.error('usage: hostCheck.ts <command> [args...]');
   process.exit(2);
 }
-const settleMs = Number(process.env.HOST_CHECK_SETTLE_MS ?? '5000');
+const settleMs = Number(process.env.HOST_CHECK_SETTLE_MS ?? '20000');
+const SETTLE_STEP_MS = 2000;
 
 const before = await takeHostSnapshot();
-const privateTmp = mkdtempSync(join(tmpdir(), 'istio-cni-test-tmp.'));
+const privateTmp = mkdtempSync(join(tmpdir(), 'istio-cni-test.'));
 // Like /tmp: tests run helpers as other users (a fake kubelet) from files they put there.
 chmodSync(privateTmp, 0o1777);
 const exitCode = await new Promise<number>((resolve) => {
@@ -32,8 +34,8 @@ const exitCode = await new Promise<number>((resolve) => {
 });
 
 let leaks = hostLeaks(before, await takeHostSnapshot());
-if (leaks.length > 0 && settleMs > 0) {
-  await sleep(settleMs);
+for (let waited = 0; leaks.length > 0 && waited < settleMs; waited += SETTLE_STEP_MS) {
+  await sleep(SETTLE_STEP_MS);
   leaks = persistentLeaks(leaks, hostLeaks(before, await takeHostSnapshot()));
 }
 for (const entry of readdirSync(privateTmp)) leaks.push(`tmp: ${entry} (in TMPDIR ${privateTmp})`);
