@@ -9,8 +9,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { hostLeaks, persistentLeaks, takeHostSnapshot } from '../test/e2e/support/hostSnapshot.ts';
+import { settledHostLeaks, takeHostSnapshot } from '../test/e2e/support/hostSnapshot.ts';
 
 const argv = process.argv.slice(2);
 if (argv.length === 0) {
@@ -18,7 +17,6 @@ if (argv.length === 0) {
   process.exit(2);
 }
 const settleMs = Number(process.env.HOST_CHECK_SETTLE_MS ?? '20000');
-const SETTLE_STEP_MS = 2000;
 
 const before = await takeHostSnapshot();
 const privateTmp = mkdtempSync(join(tmpdir(), 'istio-cni-test.'));
@@ -33,11 +31,7 @@ const exitCode = await new Promise<number>((resolve) => {
   child.on('exit', (code, signal) => resolve(code ?? (signal === null ? 1 : 128)));
 });
 
-let leaks = hostLeaks(before, await takeHostSnapshot());
-for (let waited = 0; leaks.length > 0 && waited < settleMs; waited += SETTLE_STEP_MS) {
-  await sleep(SETTLE_STEP_MS);
-  leaks = persistentLeaks(leaks, hostLeaks(before, await takeHostSnapshot()));
-}
+const leaks = await settledHostLeaks(before, settleMs);
 for (const entry of readdirSync(privateTmp)) leaks.push(`tmp: ${entry} (in TMPDIR ${privateTmp})`);
 rmSync(privateTmp, { recursive: true, force: true });
 

@@ -1,8 +1,9 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { KUBELET_KERNEL_TUNABLES } from '../cluster/node.ts';
 import { cgroupHierarchies } from './cgroupHierarchies.ts';
-import { type HostSnapshot, normalizeRuleDump } from './hostLeaks.ts';
+import { type HostSnapshot, hostLeaks, normalizeRuleDump, persistentLeaks } from './hostLeaks.ts';
 import { runCommand } from './runCommand.ts';
 
 export { type HostSnapshot, hostLeaks, persistentLeaks } from './hostLeaks.ts';
@@ -124,4 +125,20 @@ export async function takeHostSnapshot(): Promise<HostSnapshot> {
     cniState: CNI_STATE_DIRS.flatMap(entries).sort(),
     processes: processes.sort(),
   };
+}
+
+const SETTLE_STEP_MS = 2000;
+
+/**
+ * What the host holds now and did not at `before`, looked at again every 2 s for up to `settleMs`
+ * while anything is reported: what another process on the machine had up for a while (its own
+ * test's netns, a veth, a short-lived agent) drops out; what a run left behind stays.
+ */
+export async function settledHostLeaks(before: HostSnapshot, settleMs: number): Promise<string[]> {
+  let leaks = hostLeaks(before, await takeHostSnapshot());
+  for (let waited = 0; leaks.length > 0 && waited < settleMs; waited += SETTLE_STEP_MS) {
+    await sleep(SETTLE_STEP_MS);
+    leaks = persistentLeaks(leaks, hostLeaks(before, await takeHostSnapshot()));
+  }
+  return leaks;
 }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { startCluster, type Cluster, type ClusterOptions } from './cluster.ts';
 import { startContainerd, type Containerd } from './containerd.ts';
 import { nftTables, removeEmptyNftTables } from './emptyNftTables.ts';
-import { hostLeaks, takeHostSnapshot } from './hostSnapshot.ts';
+import { settledHostLeaks, takeHostSnapshot } from './hostSnapshot.ts';
 import { existingPortmapChains, removePrimaryNetworkLeftovers, writePrimaryNetwork, type PrimaryNetwork } from './primaryNetwork.ts';
 
 /** The whole e2e rig: control plane, container runtime, and the primary network already loaded by CRI. */
@@ -15,6 +15,8 @@ export interface Rig {
   stop(): Promise<string[]>;
 }
 
+/** How long a leftover may take to go before it counts (another engineer's netns, see settledHostLeaks). */
+const RIG_SETTLE_MS = 20_000;
 const FORWARDING_SYSCTLS = ['/proc/sys/net/ipv4/ip_forward', '/proc/sys/net/ipv6/conf/all/forwarding'];
 
 export async function startRig(options: { cluster?: ClusterOptions } = {}): Promise<Rig> {
@@ -32,7 +34,7 @@ export async function startRig(options: { cluster?: ClusterOptions } = {}): Prom
     if (network !== undefined) await removePrimaryNetworkLeftovers(network, portmapChainsBefore);
     await removeEmptyNftTables(nftTablesBefore);
     for (const [key, value] of forwardingBefore) writeFileSync(key, value);
-    return hostLeaks(hostBefore, await takeHostSnapshot());
+    return settledHostLeaks(hostBefore, RIG_SETTLE_MS);
   };
   try {
     cluster = await startCluster(options.cluster);
