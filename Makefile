@@ -9,7 +9,7 @@ TEST_TIMEOUT_MS ?= 600000
 # Biome (pinned in package.json): its launcher runs on the pinned node and execs the native binary.
 BIOME := $(NODE) node_modules/@biomejs/biome/bin/biome
 
-UNIT_TESTS := packages/*/test/*.test.ts
+UNIT_TESTS := packages/*/test/*.test.ts test/e2e/support/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
 .PHONY: all setup build reproducible lint format typecheck test test-fast test-unit test-integration bench bench-peer e2e clean
@@ -60,15 +60,20 @@ test-integration: setup build
 # These targets build first: a test that finds dist/ missing or stale fails instead of skipping.
 test test-fast test-integration: export ISTIO_CNI_REQUIRE_DIST := 1
 
+# Runs a test command with a private TMPDIR and fails it, naming each, on anything it left on the host
+# (network namespaces, links, iptables/nft tables and rules, ipsets, mounts, cgroups, sysctls, files):
+# scripts/hostCheck.ts, CONTRIBUTING.md "Test tiers". HOST_CHECK= runs the tests without it.
+HOST_CHECK ?= $(NODE) scripts/hostCheck.ts
+
 # The one test command: lint, type check, unit + golden, integration against the real kernel, then the
 # e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
 test: setup lint typecheck build reproducible
-	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
-	$(MAKE) e2e
+	$(HOST_CHECK) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+	$(HOST_CHECK) $(MAKE) e2e
 
 # Everything but e2e, for a quick loop.
 test-fast: setup lint typecheck build
-	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+	$(HOST_CHECK) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 
 # Root runs the side by side with upstream's Go agent too: it needs the e2e rig (a real
 # kube-apiserver) and upstream's build, both cached. PEER=0 leaves it out.

@@ -52,9 +52,16 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
   const pods: StartedPod[] = [];
 
   const api = () => rig.cluster.api;
-  /** The host nat table, both iptables backends. */
-  const hostNatRules = async () =>
-    (await runCommand(['iptables-nft-save', '-t', 'nat'])).stdout + (await runCommand(['iptables-legacy-save', '-t', 'nat'])).stdout;
+  /**
+   * The host nat table, both iptables backends. The legacy one is read only if it exists: naming a
+   * legacy table loads iptable_nat and creates the table in the host netns, for good.
+   */
+  const hostNatRules = async () => {
+    const names = '/proc/net/ip_tables_names';
+    const legacyNat = existsSync(names) && readFileSync(names, 'utf8').split('\n').includes('nat');
+    const legacy = legacyNat ? (await runCommand(['iptables-legacy-save', '-t', 'nat'])).stdout : '';
+    return (await runCommand(['iptables-nft-save', '-t', 'nat'])).stdout + legacy;
+  };
   const pluginTypes = () => (JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as Conflist).plugins.map((p) => p.type);
   const labelNamespace = (mode: string) =>
     api().must(

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
-import { statSync, writeFileSync } from 'node:fs';
+import { rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
@@ -129,6 +129,7 @@ test('a CNI netns path opens to the same inode; a regular file is refused', { sk
   assert.equal(handle.inode, statSync(ns.path).ino);
   const file = join(tmpdir(), `not-a-netns-${process.pid}`);
   writeFileSync(file, '');
+  t.after(() => rmSync(file, { force: true }));
   assert.throws(() => openNetnsHandle(file), /failed to open netns ".*": not a namespace file/);
   assert.throws(() => guard.openCniNetns('relative/path'), /refusing network namespace "relative\/path": it is not an absolute path/);
 });

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { cgroupHierarchies } from '../support/cgroupHierarchies.ts';
 import { renderContainerdConfig } from '../support/containerd.ts';
 import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
@@ -278,18 +279,6 @@ function ensureHostDir(state: ClusterState, path: string): void {
     state.hostDirs.push(p);
     saveState(state);
   }
-}
-
-/** The mounted cgroup hierarchies (v1 controllers, v1 named, the hybrid unified one). */
-export function cgroupHierarchies(): string[] {
-  const hierarchies: string[] = [];
-  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const [mountFields, superFields] = line.split(' - ');
-    const fsType = superFields?.split(' ')[0];
-    const mountPoint = mountFields?.split(' ')[4];
-    if ((fsType === 'cgroup' || fsType === 'cgroup2') && mountPoint?.startsWith('/sys/fs/cgroup/') === true) hierarchies.push(mountPoint);
-  }
-  return hierarchies;
 }
 
 /** kubelet's cgroupRoot must exist in every hierarchy before it starts. */

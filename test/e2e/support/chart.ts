@@ -1,3 +1,5 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import type { KubeClient } from './kubeClient.ts';
@@ -32,13 +34,18 @@ export async function renderChart(
   for (const s of options.set ?? []) argv.push('--set', s);
   argv.push('--kube-version', options.kubeVersion ?? rigKubernetesVersion());
   // helm wants somewhere to keep its (unused) repository config; keep it out of $HOME.
+  const home = mkdtempSync(join(tmpdir(), 'istio-cni-e2e-helm-'));
   const env = {
     ...process.env,
-    HELM_CACHE_HOME: '/tmp/istio-cni-e2e-helm/cache',
-    HELM_CONFIG_HOME: '/tmp/istio-cni-e2e-helm/config',
-    HELM_DATA_HOME: '/tmp/istio-cni-e2e-helm/data',
+    HELM_CACHE_HOME: join(home, 'cache'),
+    HELM_CONFIG_HOME: join(home, 'config'),
+    HELM_DATA_HOME: join(home, 'data'),
   };
-  return (await runCommand(argv, { env })).stdout;
+  try {
+    return (await runCommand(argv, { env })).stdout;
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
 }
 
 /** The objects of a multi-document manifest, empty documents dropped. */

@@ -1,31 +1,46 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { KUBELET_KERNEL_TUNABLES } from '../cluster/node.ts';
+import { cgroupHierarchies } from './cgroupHierarchies.ts';
+import { type HostSnapshot, hostLeaks, normalizeRuleDump, persistentLeaks } from './hostLeaks.ts';
 import { runCommand } from './runCommand.ts';
 
-/** The host state an e2e run must leave exactly as it found it. */
-export interface HostSnapshot {
-  netns: string[];
-  links: string[];
-  /** Rules per dump (iptables-legacy-save, nft list ruleset, …), counters stripped. */
-  rules: Record<string, string[]>;
-  ipsets: string[];
-  mounts: string[];
-  /** libcni's result cache and host-local's default lease store. */
-  cniState: string[];
-  /** `pid command` of every process running one of the rig's or the product's executables. */
-  processes: string[];
-}
+export { type HostSnapshot, hostLeaks, persistentLeaks } from './hostLeaks.ts';
 
 const RULE_DUMPS: Record<string, readonly string[]> = {
+  // Without -t, iptables-legacy-save dumps the tables that exist and creates none.
   'iptables-legacy': ['iptables-legacy-save'],
   'ip6tables-legacy': ['ip6tables-legacy-save'],
   nft: ['nft', 'list', 'ruleset'],
 };
 
+/** /proc/net/<file> lists the legacy tables of the reader's netns; reading it creates none. */
+const LEGACY_TABLE_NAMES: Record<string, string> = {
+  'iptables-legacy': '/proc/net/ip_tables_names',
+  'ip6tables-legacy': '/proc/net/ip6_tables_names',
+};
+
 const CNI_STATE_DIRS = ['/var/lib/cni/results', '/var/lib/cni/networks'];
+
+/** Directories whose entries a node agent, the rig or a cluster writes on the host. */
+const HOST_PATH_DIRS = ['/run', '/etc/cni/net.d', '/opt/cni/bin', '/var/lib/cni'];
+
+/** Host-wide sysctls the rig and the cluster write: kubelet's kernel tunables, the bridge gateway's forwarding. */
+const SYSCTLS = [
+  ...KUBELET_KERNEL_TUNABLES,
+  'net/ipv4/ip_forward',
+  'net/ipv6/conf/all/forwarding',
+  'net/bridge/bridge-nf-call-iptables',
+  'net/bridge/bridge-nf-call-ip6tables',
+];
 
 const WATCHED_COMMANDS = new Set([
   'etcd',
   'kube-apiserver',
+  'kube-controller',
+  'kube-scheduler',
+  'kubelet',
   'containerd',
   'containerd-shim',
   'containerd-shim-runc-v2',
@@ -41,69 +56,42 @@ const WATCHED_COMMANDS = new Set([
 async function dump(argv: readonly string[]): Promise<string[]> {
   const { stdout, exitCode } = await runCommand(argv, { allowFailure: true });
   if (exitCode !== 0) return [`<${argv[0]} exited ${exitCode}>`];
-  const lines = stdout
-    .split('\n')
-    .filter((line) => line.trim() !== '' && !line.startsWith('#'))
-    .map((line) => line.replace(/\[\d+:\d+\]/g, '[]').replace(/counter packets \d+ bytes \d+/g, 'counter'));
-  return argv[0]?.endsWith('-save') === true ? normalizeIptablesSave(lines) : normalizeNftRuleset(lines);
+  return normalizeRuleDump(argv[0]?.endsWith('-save') === true ? 'iptables-save' : 'nft', stdout);
+}
+
+async function tables(): Promise<string[]> {
+  const found: string[] = [];
+  for (const [name, file] of Object.entries(LEGACY_TABLE_NAMES)) {
+    const names = existsSync(file) ? readFileSync(file, 'utf8').split('\n') : [];
+    for (const table of names.filter((t) => t !== '')) found.push(`${name} ${table}`);
+  }
+  const { stdout, exitCode } = await runCommand(['nft', 'list', 'tables'], { allowFailure: true });
+  if (exitCode !== 0) found.push(`<nft list tables exited ${exitCode}>`);
+  for (const line of stdout.split('\n').filter((l) => l.startsWith('table '))) found.push(`nft ${line.trim()}`);
+  return found;
+}
+
+function entries(dir: string): string[] {
+  try {
+    return readdirSync(dir).map((entry) => join(dir, entry));
+  } catch {
+    return [];
+  }
 }
 
 /**
- * Prefixes each `nft list ruleset` line with its table and chain, so a diff line says where it is,
- * and drops what only says a table exists: an accept-policy base chain with no rule, and a table left
- * with nothing else. iptables-nft creates those on first use and never removes them (the reference
- * bridge plugin's masquerade does, in the host netns), as merely listing a legacy table does there.
+ * Top-level cgroup directories only: whatever a run nests deeper sits under a top-level directory it
+ * created (kubelet's cgroup root, a containerd namespace), which cannot go while anything is left in
+ * it. Deeper levels would also show every session the machine's own supervisor starts meanwhile.
  */
-function normalizeNftRuleset(lines: readonly string[]): string[] {
-  const out = nftLines(lines);
-  const contents = new Map<string, string[]>();
-  for (const line of out) {
-    const chain = /^(table \S+ \S+ chain \S+) (.+)$/.exec(line);
-    if (chain) contents.set(chain[1] as string, [...(contents.get(chain[1] as string) ?? []), chain[2] as string]);
-  }
-  const emptyBaseChain = (key: string) => {
-    const body = contents.get(key) ?? [];
-    return body.length === 1 && /^type \S+ hook \S+ .*policy accept;$/.test(body[0] ?? '');
-  };
-  const kept = out.filter((line) => {
-    const chain = /^(table \S+ \S+ chain \S+)( |$)/.exec(line);
-    return chain === null || !emptyBaseChain(chain[1] as string);
-  });
-  return kept.filter((line) => !/^table \S+ \S+$/.test(line) || kept.some((other) => other !== line && other.startsWith(`${line} `)));
+function cgroups(): string[] {
+  return cgroupHierarchies().flatMap((hierarchy) =>
+    entries(hierarchy).filter((path) => statSync(path, { throwIfNoEntry: false })?.isDirectory()),
+  );
 }
 
-function nftLines(lines: readonly string[]): string[] {
-  const out: string[] = [];
-  let table = '';
-  let chain = '';
-  for (const raw of lines) {
-    const line = raw.trim();
-    if (line.startsWith('table ')) {
-      table = line.replace(/ \{$/, '');
-      chain = '';
-      out.push(table);
-    } else if (/^(chain|set|map|flowtable) /.test(line)) {
-      chain = line.replace(/ \{$/, '');
-      out.push(`${table} ${chain}`);
-    } else if (line !== '}') {
-      out.push(`${table} ${chain} ${line}`);
-    }
-  }
-  return out;
-}
-
-/**
- * Prefixes each iptables-save line with its table and drops what only says a table exists: merely
- * listing a legacy table instantiates it, which is no leak. A changed built-in policy still shows.
- */
-function normalizeIptablesSave(lines: readonly string[]): string[] {
-  const out: string[] = [];
-  let table = '';
-  for (const line of lines) {
-    if (line.startsWith('*')) table = line.slice(1);
-    else if (line !== 'COMMIT' && !/^:[A-Z]+ ACCEPT \[\]$/.test(line)) out.push(`${table} ${line}`);
-  }
-  return out;
+function sysctls(): string[] {
+  return SYSCTLS.filter((key) => existsSync(`/proc/sys/${key}`)).map((key) => `${key}=${readFileSync(`/proc/sys/${key}`, 'utf8').trim()}`);
 }
 
 export async function takeHostSnapshot(): Promise<HostSnapshot> {
@@ -128,33 +116,29 @@ export async function takeHostSnapshot(): Promise<HostSnapshot> {
     netns: existsSync('/var/run/netns') ? readdirSync('/var/run/netns').sort() : [],
     links: links.sort(),
     rules,
+    tables: (await tables()).sort(),
     ipsets: ipsets.sort(),
     mounts: mounts.sort(),
-    cniState: CNI_STATE_DIRS.flatMap((dir) => (existsSync(dir) ? readdirSync(dir).map((entry) => `${dir}/${entry}`) : [])).sort(),
+    cgroups: cgroups().sort(),
+    sysctls: sysctls(),
+    hostPaths: HOST_PATH_DIRS.flatMap(entries).sort(),
+    cniState: CNI_STATE_DIRS.flatMap(entries).sort(),
     processes: processes.sort(),
   };
 }
 
-function added(before: readonly string[], after: readonly string[]): string[] {
-  const remaining = new Map<string, number>();
-  for (const item of before) remaining.set(item, (remaining.get(item) ?? 0) + 1);
-  const extra: string[] = [];
-  for (const item of after) {
-    const n = remaining.get(item) ?? 0;
-    if (n > 0) remaining.set(item, n - 1);
-    else extra.push(item);
-  }
-  return extra;
-}
+const SETTLE_STEP_MS = 2000;
 
-/** Everything present in `after` and not in `before`, one readable line each; empty means nothing leaked. */
-export function hostLeaks(before: HostSnapshot, after: HostSnapshot): string[] {
-  const leaks: string[] = [];
-  for (const key of ['netns', 'links', 'ipsets', 'mounts', 'cniState', 'processes'] as const) {
-    for (const item of added(before[key], after[key])) leaks.push(`${key}: ${item}`);
-  }
-  for (const [name, lines] of Object.entries(after.rules)) {
-    for (const item of added(before.rules[name] ?? [], lines)) leaks.push(`${name}: ${item}`);
+/**
+ * What the host holds now and did not at `before`, looked at again every 2 s for up to `settleMs`
+ * while anything is reported: what another process on the machine had up for a while (its own
+ * test's netns, a veth, a short-lived agent) drops out; what a run left behind stays.
+ */
+export async function settledHostLeaks(before: HostSnapshot, settleMs: number): Promise<string[]> {
+  let leaks = hostLeaks(before, await takeHostSnapshot());
+  for (let waited = 0; leaks.length > 0 && waited < settleMs; waited += SETTLE_STEP_MS) {
+    await sleep(SETTLE_STEP_MS);
+    leaks = persistentLeaks(leaks, hostLeaks(before, await takeHostSnapshot()));
   }
   return leaks;
 }

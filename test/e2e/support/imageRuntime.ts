@@ -1,6 +1,7 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cgroupHierarchies } from './cgroupHierarchies.ts';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
 import { runCommand, type CommandResult } from './runCommand.ts';
 
@@ -81,6 +82,11 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
       await proc.stop();
       await runCommand(['umount', '--recursive', '--lazy', dir], { allowFailure: true });
       rmSync(dir, { recursive: true, force: true });
+      // runc puts each container's cgroup under /<namespace>/ and removes only the container's own.
+      for (const hierarchy of cgroupHierarchies()) {
+        const cgroup = join(hierarchy, namespace);
+        if (existsSync(cgroup)) rmdirSync(cgroup);
+      }
     },
   };
   try {

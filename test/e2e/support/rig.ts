@@ -1,7 +1,9 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startCluster, type Cluster, type ClusterOptions } from './cluster.ts';
 import { startContainerd, type Containerd } from './containerd.ts';
-import { hostLeaks, takeHostSnapshot } from './hostSnapshot.ts';
+import { nftTables, removeEmptyNftTables } from './emptyNftTables.ts';
+import { settledHostLeaks, takeHostSnapshot } from './hostSnapshot.ts';
 import { existingPortmapChains, removePrimaryNetworkLeftovers, writePrimaryNetwork, type PrimaryNetwork } from './primaryNetwork.ts';
 
 /** The whole e2e rig: control plane, container runtime, and the primary network already loaded by CRI. */
@@ -13,9 +15,16 @@ export interface Rig {
   stop(): Promise<string[]>;
 }
 
+/** How long a leftover may take to go before it counts (another engineer's netns, see settledHostLeaks). */
+const RIG_SETTLE_MS = 20_000;
+const FORWARDING_SYSCTLS = ['/proc/sys/net/ipv4/ip_forward', '/proc/sys/net/ipv6/conf/all/forwarding'];
+
 export async function startRig(options: { cluster?: ClusterOptions } = {}): Promise<Rig> {
   const hostBefore = await takeHostSnapshot();
   const portmapChainsBefore = await existingPortmapChains();
+  const nftTablesBefore = await nftTables();
+  // The bridge plugin's gateway turns on forwarding host-wide.
+  const forwardingBefore = FORWARDING_SYSCTLS.map((key) => [key, readFileSync(key, 'utf8')] as const);
   let cluster: Cluster | undefined;
   let containerd: Containerd | undefined;
   let network: PrimaryNetwork | undefined;
@@ -23,7 +32,9 @@ export async function startRig(options: { cluster?: ClusterOptions } = {}): Prom
     await containerd?.stop();
     await cluster?.stop();
     if (network !== undefined) await removePrimaryNetworkLeftovers(network, portmapChainsBefore);
-    return hostLeaks(hostBefore, await takeHostSnapshot());
+    await removeEmptyNftTables(nftTablesBefore);
+    for (const [key, value] of forwardingBefore) writeFileSync(key, value);
+    return settledHostLeaks(hostBefore, RIG_SETTLE_MS);
   };
   try {
     cluster = await startCluster(options.cluster);
