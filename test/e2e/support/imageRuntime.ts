@@ -1,6 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { containerdArgv, containerdBaseConfig, ctrArgv } from './containerd.ts';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
 import { runCommand, type CommandResult } from './runCommand.ts';
 
@@ -32,23 +33,17 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
   const socket = join(dir, 'containerd.sock');
   const namespace = `istio-cni-image-${process.pid}`;
   const config = join(dir, 'config.toml');
-  writeFileSync(
-    config,
-    [
-      'version = 2',
-      `root = ${JSON.stringify(join(dir, 'root'))}`,
-      `state = ${JSON.stringify(join(dir, 'state'))}`,
-      'disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]',
-      '[grpc]',
-      `  address = ${JSON.stringify(socket)}`,
-      '[ttrpc]',
-      `  address = ${JSON.stringify(`${socket}.ttrpc`)}`,
-      '',
-    ].join('\n'),
-  );
-  const proc = startManagedProcess('containerd', ['containerd', '--config', config], join(dir, 'containerd.log'));
+  // No CRI: this containerd only imports an image and runs containers with ctr.
+  const noCri = [
+    'io.containerd.grpc.v1.cri',
+    'io.containerd.cri.v1.runtime',
+    'io.containerd.cri.v1.images',
+    'io.containerd.podsandbox.controller.v1.podsandbox',
+  ];
+  writeFileSync(config, [...containerdBaseConfig(dir, socket, noCri), ''].join('\n'));
+  const proc = startManagedProcess('containerd', containerdArgv(config), join(dir, 'containerd.log'));
   const ctr = (args: readonly string[], options: { allowFailure?: boolean } = {}) =>
-    runCommand(['ctr', '--address', socket, '--namespace', namespace, ...args], { timeoutMs: 120_000, ...options });
+    runCommand([...ctrArgv(socket, namespace), ...args], { timeoutMs: 120_000, ...options });
   let containers = 0;
   const runtime: ImageRuntime = {
     process: proc,
