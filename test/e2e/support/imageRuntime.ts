@@ -10,8 +10,11 @@ type RunResult = CommandResult & { exitCode: number };
 /** A containerd of its own (no CRI) for importing an image archive and running commands in it with ctr. */
 export interface ImageRuntime {
   readonly process: ManagedProcess;
-  /** `ctr images import`; returns the image names it printed. */
-  importArchive(archive: string): Promise<string>;
+  /**
+   * `ctr images import`; returns the image references the runtime lists afterwards (containerd 2's
+   * ctr prints the imported name with its dashes replaced by spaces, so its output is no evidence).
+   */
+  importArchive(archive: string): Promise<string[]>;
   /**
    * `ctr run --rm`: a fresh container (own network namespace) running argv, with the chart's
    * capabilities. `files` appear read-only under /input: ctr's stdin forwarding can lose the end of
@@ -48,7 +51,8 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
   const runtime: ImageRuntime = {
     process: proc,
     async importArchive(archive) {
-      return (await ctr(['images', 'import', archive])).stdout;
+      await ctr(['images', 'import', archive]);
+      return (await ctr(['images', 'ls', '-q'])).stdout.split('\n').filter(Boolean);
     },
     async run(image, argv, options = {}) {
       const id = `c${process.pid}-${++containers}`;
