@@ -1,7 +1,8 @@
 # `make up` / `make down`: a local Kubernetes cluster running the node image (included by the main
 # Makefile, after mk/image.mk which defines IMAGE, IMAGE_ARCHIVE and `image`). Needs root. The rig
-# (mk/e2e.mk) provides etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, crictl
-# and helm.
+# (mk/e2e.mk) provides etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, crictl,
+# helm, containerd, runc and the reference CNI plugins. E2E_PRIMARY_CNI_VERSION (environment, default
+# 1.0.0) is the cniVersion of each node's primary conflist, for `make up` and the cluster scenarios.
 NODES ?= 1
 # Extra chart values, space-separated `key=value` (e.g. CHART_SET=profile=ambient).
 CHART_SET ?=

@@ -1,6 +1,7 @@
 # The e2e rig and scenarios. Included by the main Makefile, which defines NODE and `build`.
-# The rig (etcd, kube-apiserver, crictl, cnitool, helm, containerd+runc, a local pause image) is built
-# from package registries into the git-ignored .e2e-cache/; only the first run pays.
+# The rig (etcd, kube-apiserver, crictl, cnitool, helm, containerd 2.x + runc, the reference CNI
+# plugins, a local pause image) is built from package registries into the git-ignored .e2e-cache/;
+# only the first run pays.
 # The cluster scenarios (test/e2e/cluster/, also `make e2e-cluster`) run last, on a kubelet cluster of
 # their own built from the node image (mk/image.mk makes `e2e` depend on `image`).
 E2E_TESTS := test/e2e/*.test.ts test/e2e/cluster/*.test.ts

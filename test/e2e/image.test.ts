@@ -50,7 +50,7 @@ describe('node image', () => {
     image = archiveRef();
     runtime = await startImageRuntime();
     const imported = await runtime.importArchive(ARCHIVE);
-    assert.match(imported, new RegExp(image.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+    assert.ok(imported.includes(image), `the runtime lists ${image} after the import: ${imported.join(', ')}`);
   });
 
   after(async () => {

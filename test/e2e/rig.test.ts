@@ -1,11 +1,12 @@
-// The e2e rig itself: a real etcd + kube-apiserver and a real containerd whose primary network is
-// Debian's reference plugins. Every scenario test builds on exactly these pieces.
+// The e2e rig itself: a real etcd + kube-apiserver and a real containerd (2.x, from its Go module)
+// whose primary network is the reference plugins the rig builds. Every scenario test builds on exactly these pieces.
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { runCnitool } from './support/cnitool.ts';
 import { startRig, type Rig } from './support/rig.ts';
+import { rigBinary } from './support/rigPaths.ts';
 import { runCommand } from './support/runCommand.ts';
 
 const NAMESPACE = 'e2e-smoke';
@@ -87,6 +88,19 @@ describe('e2e rig', () => {
     assert.equal(status.state, 'SANDBOX_READY');
     const ip = status.network?.ip ?? '';
     assert.match(ip, /^10\.244\.250\.\d+$/);
+
+    // The runtime is the rig's containerd 2.x, and so is the shim serving this sandbox (not a
+    // distribution's containerd or shim that happens to be installed).
+    const version = await containerd.crictl(['version']);
+    assert.match(version, /^RuntimeName:\s+containerd$/m);
+    assert.match(version, /^RuntimeVersion:\s+v2\./m);
+    assert.equal(realpathSync(`/proc/${containerd.process.child.pid}/exe`), realpathSync(rigBinary('containerd')));
+    const shims = (await runCommand(['ps', '-eo', 'pid=,args=']).then((r) => r.stdout))
+      .split('\n')
+      .filter((line) => line.includes(containerd.socket) && line.includes(`-id ${id}`))
+      .map((line) => line.trim().split(/\s+/)[0] ?? '');
+    assert.equal(shims.length, 1, `one shim serves sandbox ${id}`);
+    assert.equal(realpathSync(`/proc/${shims[0]}/exe`), realpathSync(rigBinary('containerd-shim-runc-v2')));
 
     const spec = info.runtimeSpec as { linux: { namespaces: { type: string; path?: string }[] } };
     const netnsPath = spec.linux.namespaces.find((n) => n.type === 'network')?.path ?? '';

@@ -17,6 +17,20 @@ export const KUBERNETES_SERVICE_IP = '10.96.0.1';
 export const CLUSTER_CIDR = '10.242.0.0/16';
 export const MAX_NODES = 9;
 
+/**
+ * The `cniVersion` of each node's primary conflist (`E2E_PRIMARY_CNI_VERSION`, default 1.0.0). With
+ * 1.1.0, containerd 2.x runs every plugin of the list for STATUS on each CRI status check (kubelet's
+ * runtime status, every few seconds), the reference plugins and `istio-cni` included.
+ */
+export const PRIMARY_CNI_VERSION = primaryCniVersion(process.env.E2E_PRIMARY_CNI_VERSION);
+
+export function primaryCniVersion(value: string | undefined): string {
+  if (value === undefined || value === '') return '1.0.0';
+  if (!/^\d+\.\d+\.\d+$/.test(value))
+    throw new Error(`E2E_PRIMARY_CNI_VERSION=${value}: expected a CNI spec version such as 1.0.0 or 1.1.0`);
+  return value;
+}
+
 export interface NodeLayout {
   index: number;
   name: string;

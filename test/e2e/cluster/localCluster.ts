@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
+import { ctrArgv } from '../support/containerd.ts';
 import { REPO_ROOT, rigBinary, type RigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import { startControlPlane, type ControlPlane } from './controlPlane.ts';
@@ -47,6 +48,10 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
   if (!existsSync(imageTar))
     throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_ARCHIVE)`);
   const needed: RigBinary[] = [
+    'containerd',
+    'containerd-shim-runc-v2',
+    'ctr',
+    'runc',
     'etcd',
     'kube-apiserver',
     'kube-controller-manager',
@@ -93,7 +98,7 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
 
 /** `ctr import` names the image from the archive; the chart must find it under exactly `ref`. */
 async function requireImage(node: RunningNode, ref: string, imageTar: string): Promise<void> {
-  const listed = await runCommand(['ctr', '--address', node.containerdSocket, '--namespace', 'k8s.io', 'images', 'ls', '-q']);
+  const listed = await runCommand([...ctrArgv(node.containerdSocket, 'k8s.io'), 'images', 'ls', '-q']);
   const refs = listed.stdout.split('\n').filter(Boolean);
   // containerd spells a bare Docker Hub reference in full.
   if (!refs.includes(ref) && !refs.includes(`docker.io/${ref}`)) {

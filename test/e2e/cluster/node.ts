@@ -1,13 +1,13 @@
 import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { cgroupHierarchies } from '../support/cgroupHierarchies.ts';
-import { renderContainerdConfig } from '../support/containerd.ts';
+import { containerdArgv, ctrArgv, renderContainerdConfig } from '../support/containerd.ts';
 import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
 import { startDetached, waitForDetached } from './detached.ts';
-import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, type NodeLayout } from './layout.ts';
+import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
 
 const STOP_KUBELET = 0;
@@ -113,6 +113,7 @@ export async function startNode(
     subnet: node.podCidr,
     fileName: '10-bridge.conflist',
     ipMasq: false,
+    cniVersion: PRIMARY_CNI_VERSION,
   });
 
   // Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods).
@@ -150,7 +151,7 @@ export async function startNode(
   state.runtimes.push({ socket: containerdSocket, dir: containerdDir });
   const containerd = startDetached(
     `${node.name} containerd`,
-    inNode(holder.pid, ['containerd', '--config', containerdConfig]),
+    inNode(holder.pid, containerdArgv(containerdConfig)),
     join(logs, 'containerd.log'),
     STOP_CONTAINERD,
   );
@@ -167,7 +168,7 @@ export async function startNode(
     60_000,
   );
   for (const tar of [rigBinary('pause-image.tar'), ...imageTars]) {
-    await runCommand(['ctr', '--address', containerdSocket, '--namespace', 'k8s.io', 'images', 'import', tar], { timeoutMs: 600_000 });
+    await runCommand([...ctrArgv(containerdSocket, 'k8s.io'), 'images', 'import', tar], { timeoutMs: 600_000 });
   }
 
   const kubelet = startKubelet(state, node, controlPlane, holder, containerdSocket);

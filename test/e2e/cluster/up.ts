@@ -1,6 +1,6 @@
 // `make up`: a local Kubernetes cluster on this machine (etcd, kube-apiserver, controller-manager,
-// scheduler on the host; per node a netns + mount namespace with containerd and kubelet, Debian's
-// bridge as primary CNI), the node image imported into every containerd, the chart from manifests/
+// scheduler on the host; per node a netns + mount namespace with containerd and kubelet, the rig's
+// reference bridge as primary CNI), the node image imported into every containerd, the chart from manifests/
 // installed with it. `make down` undoes it all.
 import { relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the e2e rig (a real control plane and container runtime) from package registries only:
-# Go modules through the module proxy, containerd and runc from Debian. Everything lands in the
-# git-ignored .e2e-cache/, and each component is skipped when its stamp matches, so only the first
-# run on a machine pays. Prints how long each component took.
+# Go modules through the module proxy (containerd, runc and the reference CNI plugins included) and
+# libseccomp's headers from Debian for runc. Everything lands in the git-ignored .e2e-cache/, and
+# each component is skipped when its stamp matches, so only the first run pays. Prints one line per
+# component (its build time, or "cached"); the build output goes to $CACHE/build.log, whose last
+# lines are printed when a component fails.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -18,6 +20,13 @@ STAGING_VERSION="v0.34.12"
 CRI_TOOLS_VERSION="v1.34.0"
 CNI_VERSION="v1.3.0"
 HELM_VERSION="v3.19.0"
+# containerd 2.3 is the LTS line (until April 2028) and still runs on cgroup v1 (deprecated, not removed).
+CONTAINERD_VERSION="v2.3.7"
+# The runc release containerd's own CI pins for this containerd (its script/setup/runc-version).
+RUNC_VERSION="v1.5.2"
+# Reference plugins that answer the CNI 1.1.0 STATUS verb (Debian's 1.1.1 do not).
+CNI_PLUGINS_VERSION="v1.10.0"
+CNI_PLUGINS=(main/bridge main/loopback main/ptp ipam/host-local meta/portmap)
 PAUSE_IMAGE="localhost/istio-cni-e2e/pause:v1"
 
 # The staging modules k8s.io/kubernetes replaces with ./staging/src/k8s.io/*: a module zip
@@ -41,45 +50,80 @@ export CGO_ENABLED=0
 LDFLAGS="-s -w"
 
 TIMES_FILE="$CACHE/build-times.txt"
-SUMMARY=()
+BUILD_LOG="$CACHE/build.log"
+: >"$BUILD_LOG"
 
 now() { date +%s.%N; }
+since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
 
-# run_step NAME STAMP_KEY FUNCTION: skips FUNCTION when $BIN/.NAME.stamp holds STAMP_KEY.
+# run_step NAME KEY FUNCTION [KEY_FUNCTION]: skips FUNCTION when $BIN/.NAME.stamp holds KEY.
+# FUNCTION's output goes to the build log. The stamp records KEY_FUNCTION's output when given (a
+# key that is only known once the step ran, e.g. an installed package's version), else KEY.
 run_step() {
-  local name="$1" key="$2" fn="$3"
+  local name="$1" key="$2" fn="$3" key_fn="${4:-}"
   local stamp="$BIN/.$name.stamp"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
-    SUMMARY+=("$(printf '%-24s cached  (%s)' "$name" "$key")")
+    printf '%-24s %8s (%s)\n' "$name" cached "$key" >&2
     return 0
   fi
-  echo "==> building $name ($key)" >&2
-  local start end
+  local start
   start="$(now)"
-  if ! "$fn"; then
-    echo "!!! $name failed to build" >&2
-    SUMMARY+=("$(printf '%-24s FAILED' "$name")")
-    print_summary
+  echo "==> $name ($key)" >>"$BUILD_LOG"
+  if ! "$fn" >>"$BUILD_LOG" 2>&1; then
+    printf '%-24s FAILED after %ss (%s)\n' "$name" "$(since "$start")" "$key" >&2
+    echo "---- last lines of $BUILD_LOG" >&2
+    tail -n 30 "$BUILD_LOG" >&2
     exit 1
   fi
-  end="$(now)"
-  echo "$key" >"$stamp"
   local took
-  took="$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')"
-  SUMMARY+=("$(printf '%-24s %7ss (%s)' "$name" "$took" "$key")")
+  took="$(since "$start")"
+  [[ -z "$key_fn" ]] || key="$("$key_fn")"
+  echo "$key" >"$stamp"
+  printf '%-24s %7ss (%s)\n' "$name" "$took" "$key" >&2
   echo "$(date -u +%FT%TZ) $name $took $key" >>"$TIMES_FILE"
 }
 
-print_summary() {
-  echo "---- e2e rig ($CACHE)" >&2
-  local line
-  for line in "${SUMMARY[@]}"; do echo "$line" >&2; done
+# runc links libseccomp through cgo; its headers are the one package the rig takes from Debian.
+RUNC_BUILD_PACKAGES=(libseccomp-dev pkg-config)
+
+# "debian pkg=version ..." as installed now; a package that is not installed reads pkg=none, which
+# no stamp holds (a stamp is written after the install), so the install runs.
+runc_build_packages_key() {
+  local p status key="debian"
+  for p in "${RUNC_BUILD_PACKAGES[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$p" 2>/dev/null || true)"
+    if [[ "$status" == "installed "* ]]; then key+=" $p=${status#installed }"; else key+=" $p=none"; fi
+  done
+  echo "$key"
 }
 
-build_runtime_packages() {
-  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containerd runc)
+install_runc_build_packages() {
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${RUNC_BUILD_PACKAGES[@]}")
   "${install[@]}" || { apt-get update && "${install[@]}"; }
-  command -v containerd >/dev/null && command -v runc >/dev/null && command -v ctr >/dev/null
+}
+
+# containerd, its runc shim and ctr, without the snapshotters the rig disables (btrfs, devmapper
+# and zfs would need cgo and their libraries).
+build_containerd() {
+  local m="github.com/containerd/containerd/v2" v="$CONTAINERD_VERSION"
+  "$GO" install -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags="$LDFLAGS -X $m/version.Version=$v -X $m/version.Package=$m" \
+    "$m/cmd/containerd@$v" "$m/cmd/containerd-shim-runc-v2@$v" "$m/cmd/ctr@$v"
+}
+
+# runc needs cgo (its nsexec is C) and libseccomp (the `seccomp` tag, as its Makefile builds it);
+# without libpathrs (a Rust library) it uses its pure-Go path resolution.
+build_runc() {
+  CGO_ENABLED=1 "$GO" install -tags "seccomp urfave_cli_no_docs" \
+    -ldflags="$LDFLAGS -X main.version=${RUNC_VERSION#v}" "github.com/opencontainers/runc@$RUNC_VERSION"
+}
+
+build_cni_plugins() {
+  local p pkgs=()
+  for p in "${CNI_PLUGINS[@]}"; do pkgs+=("github.com/containernetworking/plugins/plugins/$p@$CNI_PLUGINS_VERSION"); done
+  mkdir -p "$BIN/cni"
+  GOBIN="$BIN/cni" "$GO" install \
+    -ldflags="$LDFLAGS -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" "${pkgs[@]}"
 }
 
 build_etcd() {
@@ -193,11 +237,14 @@ build_pause_image() {
   echo "$PAUSE_IMAGE" >"$BIN/pause-image.ref"
 }
 
-pause_key="$PAUSE_IMAGE $(sha256sum "$RIG_SRC/pause.c" | cut -c1-12) $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
+# Keyed on the source and on the function that packs it, not on the whole script.
+pause_key="$PAUSE_IMAGE $(sha256sum "$RIG_SRC/pause.c" | cut -c1-12) $(declare -f build_pause_image | sha256sum | cut -c1-12)"
 
 TOTAL_START="$(now)"
-runtime_key="debian $(dpkg-query -W -f='${Package}=${Version} ' containerd runc 2>/dev/null || echo missing)"
-run_step containerd-runc "$runtime_key" build_runtime_packages
+run_step runc-build-deps "$(runc_build_packages_key)" install_runc_build_packages runc_build_packages_key
+run_step containerd "$CONTAINERD_VERSION" build_containerd
+run_step runc "$RUNC_VERSION" build_runc
+run_step cni-plugins "$CNI_PLUGINS_VERSION ${CNI_PLUGINS[*]}" build_cni_plugins
 run_step pause-image "$pause_key" build_pause_image
 run_step etcd "$ETCD_VERSION" build_etcd
 run_step crictl "$CRI_TOOLS_VERSION" build_crictl
@@ -209,6 +256,4 @@ run_step kube-apiserver "$kubernetes_key" build_kube_apiserver
 run_step kube-scheduler "$kubernetes_key" build_kube_scheduler
 run_step kube-controller-manager "$kubernetes_key" build_kube_controller_manager
 run_step kubelet "$kubernetes_key" build_kubelet
-TOTAL_END="$(now)"
-SUMMARY+=("$(printf '%-24s %7ss' total "$(awk -v s="$TOTAL_START" -v e="$TOTAL_END" 'BEGIN { printf "%.1f", e - s }')")")
-print_summary
+printf '%-24s %7ss (log: %s)\n' total "$(since "$TOTAL_START")" "$BUILD_LOG" >&2

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSyn
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
-import { pauseImageRef, rigBinary } from './rigPaths.ts';
+import { pauseImageRef, rigBinary, rigRuntimePath } from './rigPaths.ts';
 import { runCommand } from './runCommand.ts';
 
 /** The subset of the CRI PodSandboxConfig (crictl's snake_case JSON) the e2e tests use. */
@@ -49,9 +49,10 @@ export interface Containerd {
   stop(): Promise<void>;
 }
 
-// Snapshotters and plugins that would touch host paths or fail noisily on this machine.
+// Snapshotters and plugins that would touch host paths or fail noisily on this machine. NRI would
+// listen on the host-wide /var/run/nri/nri.sock (and leave it behind).
 const DISABLED_PLUGINS = [
-  'io.containerd.snapshotter.v1.aufs',
+  'io.containerd.nri.v1.nri',
   'io.containerd.snapshotter.v1.btrfs',
   'io.containerd.snapshotter.v1.zfs',
   'io.containerd.snapshotter.v1.devmapper',
@@ -63,38 +64,67 @@ function tomlString(value: string): string {
   return JSON.stringify(value);
 }
 
-/** containerd's config.toml for a rig runtime rooted at dir: CRI on, cgroupfs, CNI from confDir/binDir. */
-export function renderContainerdConfig(dir: string, socket: string, confDir: string, binDir: string, sandboxImage: string): string {
-  const cri = 'plugins."io.containerd.grpc.v1.cri"';
+/** `env PATH=<rig bin first> <rig containerd> --config <configPath>`: the rig's containerd, shim and runc. */
+export function containerdArgv(configPath: string): string[] {
+  return ['env', `PATH=${rigRuntimePath()}`, rigBinary('containerd'), '--config', configPath];
+}
+
+/** The rig's ctr against one containerd socket and namespace. */
+export function ctrArgv(socket: string, namespace: string): string[] {
+  return [rigBinary('ctr'), '--address', socket, '--namespace', namespace];
+}
+
+/**
+ * The top of every rig containerd config (containerd 2.3's config version 4, where the gRPC and
+ * ttrpc listeners are server plugins): own root, state and sockets.
+ */
+export function containerdBaseConfig(dir: string, socket: string, disabledPlugins: readonly string[]): string[] {
   return [
-    'version = 2',
+    'version = 4',
     `root = ${tomlString(join(dir, 'root'))}`,
     `state = ${tomlString(join(dir, 'state'))}`,
-    `disabled_plugins = [${DISABLED_PLUGINS.map(tomlString).join(', ')}]`,
-    '[grpc]',
+    `disabled_plugins = [${[...DISABLED_PLUGINS, ...disabledPlugins].map(tomlString).join(', ')}]`,
+    "[plugins.'io.containerd.server.v1.grpc']",
     `  address = ${tomlString(socket)}`,
-    '[ttrpc]',
+    "[plugins.'io.containerd.server.v1.ttrpc']",
     `  address = ${tomlString(`${socket}.ttrpc`)}`,
-    `[${cri}]`,
-    `  sandbox_image = ${tomlString(sandboxImage)}`,
-    '  stream_server_address = "127.0.0.1"',
-    '  stream_server_port = "0"',
+  ];
+}
+
+/**
+ * containerd 2.x's config.toml for a rig runtime rooted at dir: CRI on, runc with
+ * cgroupfs, CNI from confDir/binDir, the local pause image as the sandbox image.
+ */
+export function renderContainerdConfig(dir: string, socket: string, confDir: string, binDir: string, sandboxImage: string): string {
+  const images = "plugins.'io.containerd.cri.v1.images'";
+  const runtime = "plugins.'io.containerd.cri.v1.runtime'";
+  return [
+    ...containerdBaseConfig(dir, socket, []),
+    `[${images}]`,
+    '  snapshotter = "overlayfs"',
+    `[${images}.pinned_images]`,
+    `  sandbox = ${tomlString(sandboxImage)}`,
+    `[${runtime}]`,
     '  enable_selinux = false',
     '  disable_apparmor = true',
     // The sandbox asks for oom_score_adj -998, which this machine's process may not lower to.
     '  restrict_oom_score_adj = true',
-    `[${cri}.containerd]`,
-    '  snapshotter = "overlayfs"',
+    `[${runtime}.containerd]`,
     '  default_runtime_name = "runc"',
-    `[${cri}.containerd.runtimes.runc]`,
+    `[${runtime}.containerd.runtimes.runc]`,
     '  runtime_type = "io.containerd.runc.v2"',
-    `[${cri}.containerd.runtimes.runc.options]`,
+    `  runtime_path = ${tomlString(rigBinary('containerd-shim-runc-v2'))}`,
+    `[${runtime}.containerd.runtimes.runc.options]`,
     '  SystemdCgroup = false',
+    `  BinaryName = ${tomlString(rigBinary('runc'))}`,
     `  Root = ${tomlString(join(dir, 'runc'))}`,
-    `[${cri}.cni]`,
-    `  bin_dir = ${tomlString(binDir)}`,
+    `[${runtime}.cni]`,
+    `  bin_dirs = [${tomlString(binDir)}]`,
     `  conf_dir = ${tomlString(confDir)}`,
     '  max_conf_num = 1',
+    "[plugins.'io.containerd.grpc.v1.cri']",
+    '  stream_server_address = "127.0.0.1"',
+    '  stream_server_port = "0"',
     '',
   ].join('\n');
 }
@@ -113,7 +143,7 @@ export async function startContainerd(): Promise<Containerd> {
   const crictlConfig = join(dir, 'crictl.yaml');
   writeFileSync(crictlConfig, `runtime-endpoint: unix://${socket}\nimage-endpoint: unix://${socket}\ntimeout: 60\n`);
 
-  const proc = startManagedProcess('containerd', ['containerd', '--config', configPath], join(dir, 'containerd.log'));
+  const proc = startManagedProcess('containerd', containerdArgv(configPath), join(dir, 'containerd.log'));
   const crictlBin = rigBinary('crictl');
   const crictl = async (args: readonly string[], options: { timeoutMs?: number } = {}) =>
     (await runCommand([crictlBin, '--config', crictlConfig, ...args], { timeoutMs: options.timeoutMs ?? 90_000 })).stdout;
@@ -168,7 +198,7 @@ export async function startContainerd(): Promise<Containerd> {
       process: proc,
       timeoutMs: 30_000,
     });
-    await runCommand(['ctr', '--address', socket, '--namespace', 'k8s.io', 'images', 'import', rigBinary('pause-image.tar')]);
+    await runCommand([...ctrArgv(socket, 'k8s.io'), 'images', 'import', rigBinary('pause-image.tar')]);
     // The CRI plugin learns about imported images from events; RunPodSandbox would try to pull until then.
     await waitFor(`CRI image ${sandboxImage}`, async () => ((await crictl(['inspecti', sandboxImage])).length > 0 ? true : undefined), {
       process: proc,

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cgroupHierarchies } from './cgroupHierarchies.ts';
+import { containerdArgv, containerdBaseConfig, ctrArgv } from './containerd.ts';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
 import { runCommand, type CommandResult } from './runCommand.ts';
 
@@ -10,8 +11,11 @@ type RunResult = CommandResult & { exitCode: number };
 /** A containerd of its own (no CRI) for importing an image archive and running commands in it with ctr. */
 export interface ImageRuntime {
   readonly process: ManagedProcess;
-  /** `ctr images import`; returns the image names it printed. */
-  importArchive(archive: string): Promise<string>;
+  /**
+   * `ctr images import`; returns the image references the runtime lists afterwards (containerd 2's
+   * ctr prints the imported name with its dashes replaced by spaces, so its output is no evidence).
+   */
+  importArchive(archive: string): Promise<string[]>;
   /**
    * `ctr run --rm`: a fresh container (own network namespace) running argv, with the chart's
    * capabilities. `files` appear read-only under /input: ctr's stdin forwarding can lose the end of
@@ -33,28 +37,23 @@ export async function startImageRuntime(): Promise<ImageRuntime> {
   const socket = join(dir, 'containerd.sock');
   const namespace = `istio-cni-image-${process.pid}`;
   const config = join(dir, 'config.toml');
-  writeFileSync(
-    config,
-    [
-      'version = 2',
-      `root = ${JSON.stringify(join(dir, 'root'))}`,
-      `state = ${JSON.stringify(join(dir, 'state'))}`,
-      'disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]',
-      '[grpc]',
-      `  address = ${JSON.stringify(socket)}`,
-      '[ttrpc]',
-      `  address = ${JSON.stringify(`${socket}.ttrpc`)}`,
-      '',
-    ].join('\n'),
-  );
-  const proc = startManagedProcess('containerd', ['containerd', '--config', config], join(dir, 'containerd.log'));
+  // No CRI: this containerd only imports an image and runs containers with ctr.
+  const noCri = [
+    'io.containerd.grpc.v1.cri',
+    'io.containerd.cri.v1.runtime',
+    'io.containerd.cri.v1.images',
+    'io.containerd.podsandbox.controller.v1.podsandbox',
+  ];
+  writeFileSync(config, [...containerdBaseConfig(dir, socket, noCri), ''].join('\n'));
+  const proc = startManagedProcess('containerd', containerdArgv(config), join(dir, 'containerd.log'));
   const ctr = (args: readonly string[], options: { allowFailure?: boolean } = {}) =>
-    runCommand(['ctr', '--address', socket, '--namespace', namespace, ...args], { timeoutMs: 120_000, ...options });
+    runCommand([...ctrArgv(socket, namespace), ...args], { timeoutMs: 120_000, ...options });
   let containers = 0;
   const runtime: ImageRuntime = {
     process: proc,
     async importArchive(archive) {
-      return (await ctr(['images', 'import', archive])).stdout;
+      await ctr(['images', 'import', archive]);
+      return (await ctr(['images', 'ls', '-q'])).stdout.split('\n').filter(Boolean);
     },
     async run(image, argv, options = {}) {
       const id = `c${process.pid}-${++containers}`;

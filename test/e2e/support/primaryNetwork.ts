@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { REFERENCE_PLUGIN_DIR } from './rigPaths.ts';
 import { runCommand } from './runCommand.ts';
 
-/** The primary pod network: Debian's bridge + host-local + portmap, the way a cluster's CNI lays it down. */
+/** The primary pod network: the reference bridge + host-local + portmap, the way a cluster's CNI lays it down. */
 export interface PrimaryNetwork {
   name: string;
   bridge: string;
@@ -23,6 +23,8 @@ export interface PrimaryNetworkOptions {
   fileName?: string;
   /** Masquerade traffic leaving the subnet (default true); a routed multi-node cluster turns it off. */
   ipMasq?: boolean;
+  /** The conflist's cniVersion (default 1.0.0); 1.1.0 makes containerd 2.x run STATUS on every plugin. */
+  cniVersion?: string;
 }
 
 export const REFERENCE_PLUGINS = ['bridge', 'host-local', 'portmap', 'loopback'] as const;
@@ -36,7 +38,7 @@ export function writePrimaryNetwork(options: PrimaryNetworkOptions): PrimaryNetw
   const bridge = options.bridge ?? 'e2ebr0';
   const subnet = options.subnet ?? '10.244.250.0/24';
   const conflist = {
-    cniVersion: '1.0.0',
+    cniVersion: options.cniVersion ?? '1.0.0',
     name,
     plugins: [
       {

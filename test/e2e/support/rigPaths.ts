@@ -4,10 +4,14 @@ import { join, resolve } from 'node:path';
 export const REPO_ROOT = resolve(import.meta.dirname, '../../..');
 export const RIG_CACHE = process.env.E2E_CACHE ?? join(REPO_ROOT, '.e2e-cache');
 export const RIG_BIN = join(RIG_CACHE, 'bin');
-/** Debian's reference CNI plugins: the primary network every e2e pod joins. */
-export const REFERENCE_PLUGIN_DIR = '/usr/lib/cni';
+/** The reference CNI plugins the rig builds (`github.com/containernetworking/plugins`): the primary network every e2e pod joins. */
+export const REFERENCE_PLUGIN_DIR = join(RIG_BIN, 'cni');
 
 export type RigBinary =
+  | 'containerd'
+  | 'containerd-shim-runc-v2'
+  | 'ctr'
+  | 'runc'
   | 'etcd'
   | 'kube-apiserver'
   | 'kube-controller-manager'
@@ -40,4 +44,13 @@ export function rigKubernetesVersion(): string {
 export function pauseImageRef(): string {
   rigBinary('pause-image.tar');
   return readFileSync(join(RIG_BIN, 'pause-image.ref'), 'utf8').trim();
+}
+
+/**
+ * The environment a rig containerd runs with: the rig's bin dir first on PATH, so the shim it
+ * starts (`containerd-shim-runc-v2`, found on PATH) and the runc that shim runs are the rig's, never
+ * a distribution's that happens to be installed.
+ */
+export function rigRuntimePath(): string {
+  return [RIG_BIN, process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin'].join(':');
 }
