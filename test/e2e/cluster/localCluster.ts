@@ -54,6 +54,7 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
     'kubelet',
     'crictl',
     'helm',
+    'pause',
     'pause-image.tar',
   ];
   for (const b of needed) rigBinary(b);
