@@ -131,7 +131,7 @@ interface DaemonSetStatus {
 
 /**
  * Until the DaemonSet's current generation is Ready on `expected` nodes; fails at once when one of
- * its containers crash-loops, naming it with its previous run's last log lines, else after timeoutMs.
+ * its containers crash-loops, naming it with the failed run's last log lines, else after timeoutMs.
  */
 export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: number, timeoutMs = 180_000): Promise<void> {
   const path = `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`;
@@ -145,7 +145,7 @@ export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: n
     if (crash !== undefined) {
       throw new Error(
         `DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET}: pod ${crash.pod} on ${crash.node}, container ${crash.container}, ` +
-          `${crash.reason} after ${crash.restarts} restart(s); last lines of its previous run:\n${crash.lastLog}\n` +
+          `${crash.reason} after ${crash.restarts} restart(s); its last log lines:\n${crash.lastLog}\n` +
           (await describeNamespace(controlPlane, RELEASE_NAMESPACE)),
       );
     }
@@ -172,7 +172,8 @@ const CRASH_LOG_LINES = 20;
 
 /**
  * A container of a DaemonSet pod (not being deleted) that restarted and is in CrashLoopBackOff or
- * terminated with an error, with its previous run's last log lines (`pods/log?previous=true`).
+ * terminated with an error, with the failed run's last log lines (`pods/log`, `previous=true` while
+ * it waits to restart).
  */
 async function findCrashLoop(controlPlane: ControlPlane): Promise<CrashLoop | undefined> {
   const pods = await controlPlane.api.must<{ items: PodSummary[] }>(
@@ -188,21 +189,33 @@ async function findCrashLoop(controlPlane: ControlPlane): Promise<CrashLoop | un
       if (c.restartCount === 0 || !crashing) continue;
       const last = c.lastState?.terminated ?? terminated;
       const exit = last === undefined ? '' : ` (last exit ${last.exitCode ?? '?'}${last.reason === undefined ? '' : `, ${last.reason}`})`;
-      const log = await controlPlane.api.request(
-        'GET',
-        `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${pod.metadata.name}/log?container=${c.name}&previous=true&tailLines=${CRASH_LOG_LINES}`,
-      );
+      // Terminated now: the current run is the one that failed; waiting to restart: the previous one.
+      const log = await crashedRunLog(controlPlane, pod.metadata.name, c.name, terminated === undefined);
       return {
         pod: pod.metadata.name,
         node: pod.spec.nodeName ?? '(unscheduled)',
         container: c.name,
         reason: `${waiting?.reason ?? terminated?.reason ?? 'terminated'}${exit}`,
         restarts: c.restartCount,
-        lastLog: log.status === 200 ? log.text.trimEnd() : `(pods/log ${log.status}: ${log.text.slice(0, 300)})`,
+        lastLog: log,
       };
     }
   }
   return undefined;
+}
+
+/** The last log lines of the run that failed; the other run's when kubelet no longer has that one. */
+async function crashedRunLog(controlPlane: ControlPlane, pod: string, container: string, previous: boolean): Promise<string> {
+  let answer = '';
+  for (const p of [previous, !previous]) {
+    const log = await controlPlane.api.request(
+      'GET',
+      `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${pod}/log?container=${container}&previous=${p}&tailLines=${CRASH_LOG_LINES}`,
+    );
+    answer = log.status === 200 ? log.text.trimEnd() : `(pods/log ${log.status}: ${log.text.slice(0, 300)})`;
+    if (log.status === 200 && !log.text.startsWith('unable to retrieve container logs')) return `${p ? '(previous run) ' : ''}${answer}`;
+  }
+  return answer;
 }
 
 interface PodSummary {
