@@ -34,6 +34,29 @@ export function startDetached(name: string, argv: readonly string[], logFile: st
   return { name, pid, startTime, logFile, stopOrder };
 }
 
+/**
+ * The record of the one child `parent` forks (unshare --fork, nsenter -p: the process that then
+ * runs in the new PID namespace), waited for up to timeoutMs. Signalling the wrapper would leave
+ * that child running, so the child is what is recorded and stopped.
+ */
+export async function forkedChild(parent: ProcessRecord, timeoutMs = 10_000): Promise<ProcessRecord> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    let children: string[] = [];
+    try {
+      children = readFileSync(`/proc/${parent.pid}/task/${parent.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+    } catch {
+      // gone: reported below
+    }
+    const [pid] = children.map(Number);
+    const startTime = pid === undefined ? undefined : processStartTime(pid);
+    if (pid !== undefined && startTime !== undefined) return { ...parent, pid, startTime };
+    if (!isRunning(parent)) throw new Error(`${parent.name} exited at once:\n${logTail(parent.logFile)}`);
+    if (Date.now() > deadline) throw new Error(`${parent.name} (pid ${parent.pid}) forked no child within ${timeoutMs / 1000} s`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 export function logTail(logFile: string, lines = 30): string {
   try {
     return readFileSync(logFile, 'utf8').split('\n').slice(-lines).join('\n');

@@ -1,5 +1,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
+import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { CLUSTER_DIR } from './layout.ts';
 
@@ -18,10 +19,21 @@ export interface Example {
 }
 
 /**
- * Two manifests for the workload image: a sidecar-style pod whose "proxy" answers on 15001 (so a
- * captured outbound connection says so), and a namespace labelled for ambient with one pod.
+ * The agent pod on the node `pod` (in the current namespace) runs on, as a shell substitution: with
+ * several nodes, `logs ds/<name>` would pick any node's agent.
  */
-export function writeExamples(workloadImage: string): Example[] {
+function agentOfPodsNode(daemonSet: string, pod: string): string {
+  const nodeOfPod = `$(kubectl get pod ${pod} -o jsonpath='{.spec.nodeName}')`;
+  return `$(kubectl -n ${RELEASE_NAMESPACE} get pod -l k8s-app=${daemonSet} --field-selector spec.nodeName=${nodeOfPod} -o name)`;
+}
+
+/**
+ * Two manifests for the workload image: a sidecar-style pod whose "proxy" answers on 15001 (so a
+ * captured outbound connection says so), and a namespace labelled for ambient with one pod; the
+ * commands that try them (kubectl is the rig's, on PATH), look at the right node's agent and into
+ * the pod's netns (`scripts/cluster/pod-exec`).
+ */
+export function writeExamples(workloadImage: string, daemonSet: string, ambient: boolean): Example[] {
   const dir = join(CLUSTER_DIR, 'examples');
   mkdirSync(dir, { recursive: true });
   const container = (name: string, command: string[], user?: number) => ({
@@ -44,7 +56,7 @@ export function writeExamples(workloadImage: string): Example[] {
       ],
     },
   };
-  const ambient = {
+  const ambientList = {
     apiVersion: 'v1',
     kind: 'List',
     items: [
@@ -60,16 +72,26 @@ export function writeExamples(workloadImage: string): Example[] {
   const sidecarFile = join(dir, 'sidecar-demo.json');
   const ambientFile = join(dir, 'ambient-demo.json');
   writeFileSync(sidecarFile, `${JSON.stringify(sidecarPod, null, 2)}\n`);
-  writeFileSync(ambientFile, `${JSON.stringify(ambient, null, 2)}\n`);
+  writeFileSync(ambientFile, `${JSON.stringify(ambientList, null, 2)}\n`);
   const rel = (p: string) => relative(REPO_ROOT, p);
   return [
     {
-      command: `kubectl apply -f ${rel(sidecarFile)} && kubectl wait --for=condition=Ready pod/sidecar-demo && kubectl exec sidecar-demo -c app -- nc -w 2 192.0.2.123 80`,
-      look: 'prints "captured by istio-proxy:15001": the outbound connection was redirected into the pod\'s proxy port; the agent logs the pod (kubectl -n istio-system logs ds/istio-cni-node)',
+      command: `kubectl apply -f ${rel(sidecarFile)} && kubectl wait --for=condition=Ready --timeout=120s pod/sidecar-demo && kubectl exec sidecar-demo -c app -- nc -w 2 192.0.2.123 80`,
+      look: 'prints "captured by istio-proxy:15001": the outbound connection was redirected into the pod\'s proxy port',
     },
     {
-      command: `kubectl apply -f ${rel(ambientFile)} && kubectl -n ambient-demo get pod ambient-demo -o jsonpath='{.metadata.annotations}{"\\n"}'; kubectl -n ambient-demo describe pod ambient-demo | tail -5`,
-      look: 'with the default profile the agent leaves the pod alone (no ambient.istio.io/redirection annotation); with CHART_SET=profile=ambient and no ztunnel the sandbox waits: "ztunnel did not take the pod"',
+      command: `kubectl -n ${RELEASE_NAMESPACE} logs ${agentOfPodsNode(daemonSet, 'sidecar-demo')} | grep sidecar-demo`,
+      look: 'the agent on the node sidecar-demo runs on logs "sidecar capture programmed" for default/sidecar-demo',
+    },
+    {
+      command: 'scripts/cluster/pod-exec default/sidecar-demo -- iptables-save',
+      look: "the pod's capture rules (ISTIO_OUTPUT, ISTIO_REDIRECT → 15001), run in its netns on its node; also `nft list ruleset`, `ss -ltn`",
+    },
+    {
+      command: `kubectl apply -f ${rel(ambientFile)} && sleep 10; kubectl -n ambient-demo get pod ambient-demo -o jsonpath='{.metadata.annotations}{"\\n"}'; kubectl -n ambient-demo describe pod ambient-demo | tail -5`,
+      look: ambient
+        ? 'with no ztunnel on the node the sandbox waits: "ztunnel did not take the pod" (FailedCreatePodSandBox), annotation ambient.istio.io/redirection: pending'
+        : 'with the default profile the agent leaves the pod alone (no ambient.istio.io/redirection annotation); with CHART_SET=profile=ambient and no ztunnel the sandbox waits: "ztunnel did not take the pod"',
     },
   ];
 }

@@ -59,6 +59,7 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
     'kubelet',
     'crictl',
     'helm',
+    'pause',
     'pause-image.tar',
   ];
   for (const b of needed) rigBinary(b);
@@ -133,6 +134,10 @@ interface DaemonSetStatus {
   status?: { observedGeneration?: number; desiredNumberScheduled?: number; numberReady?: number; updatedNumberScheduled?: number };
 }
 
+/**
+ * Until the DaemonSet's current generation is Ready on `expected` nodes; fails at once when one of
+ * its containers crash-loops, naming it with the failed run's last log lines, else after timeoutMs.
+ */
 export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: number, timeoutMs = 180_000): Promise<void> {
   const path = `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`;
   const deadline = Date.now() + timeoutMs;
@@ -141,6 +146,14 @@ export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: n
     const s = ds.status ?? {};
     const current = (s.observedGeneration ?? 0) >= (ds.metadata.generation ?? 1);
     if (current && s.desiredNumberScheduled === expected && s.numberReady === expected && s.updatedNumberScheduled === expected) return;
+    const crash = await findCrashLoop(controlPlane);
+    if (crash !== undefined) {
+      throw new Error(
+        `DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET}: pod ${crash.pod} on ${crash.node}, container ${crash.container}, ` +
+          `${crash.reason} after ${crash.restarts} restart(s); its last log lines:\n${crash.lastLog}\n` +
+          (await describeNamespace(controlPlane, RELEASE_NAMESPACE)),
+      );
+    }
     if (Date.now() > deadline) {
       throw new Error(
         `DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET} not Ready on ${expected} node(s) within ${timeoutMs / 1000} s ` +
@@ -151,8 +164,67 @@ export async function waitDaemonSetReady(controlPlane: ControlPlane, expected: n
   }
 }
 
+interface CrashLoop {
+  pod: string;
+  node: string;
+  container: string;
+  reason: string;
+  restarts: number;
+  lastLog: string;
+}
+
+const CRASH_LOG_LINES = 20;
+
+/**
+ * A container of a DaemonSet pod (not being deleted) that restarted and is in CrashLoopBackOff or
+ * terminated with an error, with the failed run's last log lines (`pods/log`, `previous=true` while
+ * it waits to restart).
+ */
+async function findCrashLoop(controlPlane: ControlPlane): Promise<CrashLoop | undefined> {
+  const pods = await controlPlane.api.must<{ items: PodSummary[] }>(
+    'GET',
+    `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=${encodeURIComponent(`k8s-app=${DAEMONSET}`)}`,
+  );
+  for (const pod of pods.items) {
+    if (pod.metadata.deletionTimestamp !== undefined) continue;
+    for (const c of [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]) {
+      const waiting = c.state?.waiting;
+      const terminated = c.state?.terminated;
+      const crashing = waiting?.reason === 'CrashLoopBackOff' || (terminated !== undefined && terminated.exitCode !== 0);
+      if (c.restartCount === 0 || !crashing) continue;
+      const last = c.lastState?.terminated ?? terminated;
+      const exit = last === undefined ? '' : ` (last exit ${last.exitCode ?? '?'}${last.reason === undefined ? '' : `, ${last.reason}`})`;
+      // Terminated now: the current run is the one that failed; waiting to restart: the previous one.
+      const log = await crashedRunLog(controlPlane, pod.metadata.name, c.name, terminated === undefined);
+      return {
+        pod: pod.metadata.name,
+        node: pod.spec.nodeName ?? '(unscheduled)',
+        container: c.name,
+        reason: `${waiting?.reason ?? terminated?.reason ?? 'terminated'}${exit}`,
+        restarts: c.restartCount,
+        lastLog: log,
+      };
+    }
+  }
+  return undefined;
+}
+
+/** The last log lines of the run that failed; the other run's when kubelet no longer has that one. */
+async function crashedRunLog(controlPlane: ControlPlane, pod: string, container: string, previous: boolean): Promise<string> {
+  let answer = '';
+  for (const p of [previous, !previous]) {
+    const log = await controlPlane.api.request(
+      'GET',
+      `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${pod}/log?container=${container}&previous=${p}&tailLines=${CRASH_LOG_LINES}`,
+    );
+    answer = log.status === 200 ? log.text.trimEnd() : `(pods/log ${log.status}: ${log.text.slice(0, 300)})`;
+    if (log.status === 200 && !log.text.startsWith('unable to retrieve container logs')) return `${p ? '(previous run) ' : ''}${answer}`;
+  }
+  return answer;
+}
+
 interface PodSummary {
-  metadata: { name: string };
+  metadata: { name: string; deletionTimestamp?: string };
   spec: { nodeName?: string };
   status?: {
     phase?: string;
@@ -164,7 +236,13 @@ interface ContainerStatus {
   name: string;
   ready: boolean;
   restartCount: number;
-  state?: Record<string, { reason?: string; message?: string; exitCode?: number }>;
+  state?: ContainerStates;
+  lastState?: ContainerStates;
+}
+interface ContainerStates {
+  waiting?: { reason?: string; message?: string };
+  running?: { startedAt?: string };
+  terminated?: { reason?: string; message?: string; exitCode?: number };
 }
 interface EventSummary {
   involvedObject?: { name?: string };
@@ -178,7 +256,10 @@ export async function describeNamespace(controlPlane: ControlPlane, namespace: s
   const pods = await controlPlane.api.must<{ items: PodSummary[] }>('GET', `/api/v1/namespaces/${namespace}/pods`);
   const events = await controlPlane.api.must<{ items: EventSummary[] }>('GET', `/api/v1/namespaces/${namespace}/events`);
   const container = (c: ContainerStatus) => {
-    const [state, detail] = Object.entries(c.state ?? {})[0] ?? ['unknown', {}];
+    const [state, detail]: [string, { reason?: string; message?: string; exitCode?: number }] = Object.entries(c.state ?? {})[0] ?? [
+      'unknown',
+      {},
+    ];
     const why = [detail.reason, detail.exitCode === undefined ? undefined : `exit ${detail.exitCode}`, detail.message?.slice(0, 300)]
       .filter(Boolean)
       .join(', ');

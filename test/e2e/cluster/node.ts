@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { cgroupHierarchies } from '../support/cgroupHierarchies.ts';
 import { containerdArgv, ctrArgv, renderContainerdConfig } from '../support/containerd.ts';
@@ -6,7 +6,7 @@ import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
-import { startDetached, waitForDetached } from './detached.ts';
+import { forkedChild, startDetached, waitForDetached } from './detached.ts';
 import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
 
@@ -48,7 +48,10 @@ export const KUBELET_KERNEL_TUNABLES = [
 
 export interface RunningNode {
   layout: NodeLayout;
-  /** The long-lived process holding the node's mount namespace (in the node's netns). */
+  /**
+   * The node's namespace holder: PID 1 of the node's PID namespace (the rig's `pause`, which reaps
+   * orphans), in the node's netns and mount namespace. Killing it takes the whole node down.
+   */
   holder: ProcessRecord;
   containerd: ProcessRecord;
   kubelet: ProcessRecord;
@@ -56,15 +59,57 @@ export interface RunningNode {
   crictl(args: readonly string[]): Promise<string>;
 }
 
-/** Runs argv in the node's mount and network namespaces. */
+/** Runs argv in the node's mount, network and PID namespaces (nsenter forks it there and waits). */
 export function inNode(holderPid: number, argv: readonly string[]): string[] {
-  return ['nsenter', '-t', String(holderPid), '-m', '-n', '--', ...argv];
+  return ['nsenter', '-t', String(holderPid), '-m', '-n', '-p', '--', ...argv];
 }
 
 /**
- * One node: its mount namespace (held by a sleeping process) inside its netns, containerd and kubelet
- * entered into both, so kubelet's volume mounts are the ones runc sees. Returns once kubelet runs;
- * `waitNodeReady` waits for registration.
+ * This machine's path of a node process's `/proc/<pid>` entry: the node's CRI (`crictl inspectp`)
+ * reports pids of the node's PID namespace, which only the node's own /proc (reached through the
+ * holder's root) resolves.
+ */
+export function nodeProcPath(holderPid: number, nodePid: number): string {
+  return `/proc/${holderPid}/root/proc/${nodePid}`;
+}
+
+/** The namespace holder of node `name` as `make up` recorded it. */
+export function recordedHolder(state: ClusterState, name: string): ProcessRecord | undefined {
+  return state.processes.find((p) => p.name === holderName(name));
+}
+
+const holderName = (node: string) => `${node} namespaces`;
+
+/**
+ * Starts argv detached in the node's namespaces and records the process nsenter forks there (so
+ * `make down` signals it, not nsenter, which would leave it running).
+ */
+async function startInNode(
+  state: ClusterState,
+  holder: ProcessRecord,
+  name: string,
+  argv: readonly string[],
+  logFile: string,
+  stopOrder: number,
+): Promise<ProcessRecord> {
+  return recordForkedChild(state, startDetached(name, inNode(holder.pid, argv), logFile, stopOrder));
+}
+
+/** Records wrapper, then replaces it with the child it forks once that exists. */
+async function recordForkedChild(state: ClusterState, wrapper: ProcessRecord): Promise<ProcessRecord> {
+  state.processes.push(wrapper);
+  saveState(state);
+  const child = await forkedChild(wrapper);
+  state.processes[state.processes.indexOf(wrapper)] = child;
+  saveState(state);
+  return child;
+}
+
+/**
+ * One node: its own PID namespace (PID 1 the holder, `/proc` mounted for it) and mount namespace
+ * inside its netns, containerd and kubelet entered into all three, so kubelet's volume mounts are
+ * the ones runc sees and the node's `/proc/1/ns/net` is the node's netns, as on a real node.
+ * Returns once kubelet runs; `waitNodeReady` waits for registration.
  */
 export async function startNode(
   state: ClusterState,
@@ -75,14 +120,34 @@ export async function startNode(
   const logs = join(node.dir, 'logs');
   for (const d of [logs, ...NODE_PRIVATE_PATHS.map((p) => join(node.dir, p.nodeDir))]) mkdirSync(d, { recursive: true });
 
-  const holder = startDetached(
-    `${node.name} namespaces`,
-    ['unshare', '--mount', '--propagation', 'slave', '--', 'nsenter', `--net=/run/netns/${node.netns}`, '--', 'sleep', 'infinity'],
-    join(logs, 'holder.log'),
-    STOP_HOLDER,
+  // unshare forks the holder as PID 1 of a new PID namespace, with a /proc of that namespace in the
+  // new mount namespace; --kill-child: should unshare die, the holder (and so the node) goes too.
+  // A copy of the rig's pause: a rig rebuild could not replace a binary that runs.
+  const pause = join(node.dir, 'pause');
+  copyFileSync(rigBinary('pause'), pause);
+  const holder = await recordForkedChild(
+    state,
+    startDetached(
+      holderName(node.name),
+      [
+        'unshare',
+        '--mount',
+        '--propagation',
+        'slave',
+        '--pid',
+        '--fork',
+        '--kill-child',
+        '--mount-proc',
+        '--',
+        'nsenter',
+        `--net=/run/netns/${node.netns}`,
+        '--',
+        pause,
+      ],
+      join(logs, 'holder.log'),
+      STOP_HOLDER,
+    ),
   );
-  state.processes.push(holder);
-  saveState(state);
   const netnsLink = `net:[${statSync(`/run/netns/${node.netns}`).ino}]`;
   await waitForDetached(
     `${node.name} netns entered`,
@@ -149,14 +214,14 @@ export async function startNode(
     renderContainerdConfig(containerdDir, containerdSocket, '/etc/cni/net.d', '/opt/cni/bin', pauseImageRef()),
   );
   state.runtimes.push({ socket: containerdSocket, dir: containerdDir });
-  const containerd = startDetached(
+  const containerd = await startInNode(
+    state,
+    holder,
     `${node.name} containerd`,
-    inNode(holder.pid, containerdArgv(containerdConfig)),
+    containerdArgv(containerdConfig),
     join(logs, 'containerd.log'),
     STOP_CONTAINERD,
   );
-  state.processes.push(containerd);
-  saveState(state);
   const crictlConfig = join(containerdDir, 'crictl.yaml');
   writeFileSync(crictlConfig, `runtime-endpoint: unix://${containerdSocket}\nimage-endpoint: unix://${containerdSocket}\ntimeout: 60\n`);
   const crictl = async (args: readonly string[]) =>
@@ -171,17 +236,17 @@ export async function startNode(
     await runCommand([...ctrArgv(containerdSocket, 'k8s.io'), 'images', 'import', tar], { timeoutMs: 600_000 });
   }
 
-  const kubelet = startKubelet(state, node, controlPlane, holder, containerdSocket);
+  const kubelet = await startKubelet(state, node, controlPlane, holder, containerdSocket);
   return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
 }
 
-function startKubelet(
+async function startKubelet(
   state: ClusterState,
   node: NodeLayout,
   controlPlane: ControlPlane,
   holder: ProcessRecord,
   containerdSocket: string,
-): ProcessRecord {
+): Promise<ProcessRecord> {
   if (Object.keys(state.sysctls).length === 0) {
     for (const key of KUBELET_KERNEL_TUNABLES) state.sysctls[key] = readFileSync(`/proc/sys/${key}`, 'utf8').trim();
     saveState(state);
@@ -231,9 +296,11 @@ function startKubelet(
   };
   const configPath = join(dir, 'kubelet.yaml');
   writeFileSync(configPath, `${JSON.stringify(config, null, 2)}\n`);
-  const kubelet = startDetached(
+  return startInNode(
+    state,
+    holder,
     `${node.name} kubelet`,
-    inNode(holder.pid, [
+    [
       rigBinary('kubelet'),
       `--config=${configPath}`,
       `--kubeconfig=${kubeconfig}`,
@@ -241,13 +308,10 @@ function startKubelet(
       `--cert-dir=${join(dir, 'pki')}`,
       `--hostname-override=${node.name}`,
       `--node-ip=${node.ip}`,
-    ]),
+    ],
     join(node.dir, 'logs/kubelet.log'),
     STOP_KUBELET,
   );
-  state.processes.push(kubelet);
-  saveState(state);
-  return kubelet;
 }
 
 /** Resolves once the Node is registered and Ready; records its pod CIDR on it (informational: the bridge conflist already routes it). */

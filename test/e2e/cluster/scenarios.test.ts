@@ -14,7 +14,7 @@ import { podRules, probeTraffic, type StartedPod } from '../support/pods.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, helm, helmInstall, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
-import { nodePrivateDir, type RunningNode } from './node.ts';
+import { nodePrivateDir, nodeProcPath, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 import {
@@ -441,20 +441,9 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
   }, async () => {
     const node1 = nodeNamed(0);
     const oldPods = new Set((await agentPods()).map((p) => p.metadata.name));
-    // The host-network variant: the agent's host rules belong in the node's netns, which is the
-    // one a host-network pod shares (ALLOW_SWITCH_TO_HOST_NS would pick PID 1's, this machine's).
-    await helm([
-      'upgrade',
-      RELEASE_NAME,
-      CHART_DIR,
-      '--namespace',
-      RELEASE_NAMESPACE,
-      '--reuse-values',
-      '--set',
-      'profile=ambient',
-      '--set',
-      'ambient.shareHostNetworkNamespace=true',
-    ]);
+    // The default variant: the agent runs in a pod netns and switches to the node's through
+    // /host/proc/1/ns/net (ALLOW_SWITCH_TO_HOST_NS), PID 1 of the node's PID namespace being its holder.
+    await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', 'profile=ambient']);
     await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
     await waitAgentsReplaced(oldPods);
 
@@ -537,12 +526,15 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
   });
 });
 
-/** The pod's sandbox as the node's containerd runs it; its netns reached through the sandbox process. */
+/**
+ * The pod's sandbox as the node's containerd runs it; its netns reached through the sandbox process,
+ * whose pid `crictl inspectp` reports in the node's PID namespace.
+ */
 async function sandboxOf(node: RunningNode, namespace: string, name: string, uid: string, ip: string): Promise<StartedPod> {
   const sandboxId = (await node.crictl(['pods', '--namespace', namespace, '--name', `^${name}$`, '--state', 'ready', '-q'])).trim();
   assert.match(sandboxId, /^[0-9a-f]{64}$/, `one ready sandbox of ${namespace}/${name} on ${node.layout.name}`);
   const inspected = JSON.parse(await node.crictl(['inspectp', sandboxId])) as { info?: { pid?: number } };
   const pid = inspected.info?.pid;
   assert.ok(pid !== undefined && pid > 0, `the sandbox process of ${namespace}/${name}`);
-  return { namespace, name, uid, sandboxId, ip, netnsPath: `/proc/${pid}/ns/net` };
+  return { namespace, name, uid, sandboxId, ip, netnsPath: `${nodeProcPath(node.holder.pid, pid)}/ns/net` };
 }

@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { RIG_BIN } from '../support/rigPaths.ts';
 import { CLUSTER_DIR, STATE_FILE } from './layout.ts';
 
 export interface ProcessRecord {
@@ -24,10 +25,12 @@ export interface ClusterState {
   cgroups: string[];
   /** Host-wide sysctls kubelet rewrites at start (its kernel tunables), with their values before. */
   sysctls: Record<string, string>;
+  /** The rig's bin dir the cluster runs from (E2E_CACHE at `make up`), for scripts/cluster/pod-exec's crictl. */
+  rigBin: string;
 }
 
 export function emptyState(): ClusterState {
-  return { processes: [], runtimes: [], netns: [], links: [], hostDirs: [], cgroups: [], sysctls: {} };
+  return { processes: [], runtimes: [], netns: [], links: [], hostDirs: [], cgroups: [], sysctls: {}, rigBin: RIG_BIN };
 }
 
 export function loadState(): ClusterState | undefined {

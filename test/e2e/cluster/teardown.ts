@@ -1,4 +1,5 @@
 import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { killProcessesMentioning, removeCgroupTree, unmountUnder } from '../support/containerd.ts';
 import { RIG_BIN } from '../support/rigPaths.ts';
@@ -18,7 +19,8 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
   const crictl = join(RIG_BIN, 'crictl');
   for (const p of processes.filter((p) => p.stopOrder === 0)) await stopDetached(p);
   for (const runtime of state.runtimes) {
-    if (!existsSync(runtime.socket) || !existsSync(crictl)) continue;
+    // A containerd that is gone (its node's holder was killed) took its sandboxes with it.
+    if (!existsSync(runtime.socket) || !existsSync(crictl) || !(await socketAccepts(runtime.socket))) continue;
     const endpoint = `unix://${runtime.socket}`;
     const result = await runCommand(
       [crictl, '--runtime-endpoint', endpoint, '--image-endpoint', endpoint, '--timeout', '60s', 'rmp', '--all', '--force'],
@@ -71,6 +73,17 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
   }
   if (problems.length === 0) rmSync(CLUSTER_DIR, { recursive: true, force: true });
   return problems;
+}
+
+function socketAccepts(path: string): Promise<boolean> {
+  return new Promise((resolveAccepts) => {
+    const socket = connect(path);
+    socket.once('connect', () => {
+      socket.destroy();
+      resolveAccepts(true);
+    });
+    socket.once('error', () => resolveAccepts(false));
+  });
 }
 
 function cgroupDirs(): string[] {

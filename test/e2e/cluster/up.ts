@@ -5,7 +5,7 @@
 import { relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
-import { REPO_ROOT } from '../support/rigPaths.ts';
+import { REPO_ROOT, RIG_BIN, rigBinary } from '../support/rigPaths.ts';
 import { writeExamples } from './examples.ts';
 import { CLUSTER_DIR, KUBECONFIG_FILE } from './layout.ts';
 import { bringUp, DAEMONSET, WORKLOAD_IMAGE } from './localCluster.ts';
@@ -24,6 +24,8 @@ const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)} s`;
 try {
   if (values.image === undefined) throw new Error('--image is required');
   const nodes = Number(values.nodes);
+  // The printed commands use the rig's kubectl, the cluster's version.
+  rigBinary('kubectl');
   await bringUp({
     nodes,
     image: values.image,
@@ -31,8 +33,11 @@ try {
     chartSet: values.set,
     log: (line) => console.log(`==> [${elapsed()}] ${line}`),
   });
-  const examples = writeExamples(WORKLOAD_IMAGE);
-  console.log(`\ncluster up in ${elapsed()}: ${nodes} node(s), DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET} Ready.\n`);
+  const ambient = values.set.some((s) => s === 'profile=ambient');
+  const examples = writeExamples(WORKLOAD_IMAGE, DAEMONSET, ambient);
+  console.log(`\ncluster up in ${elapsed()}: ${nodes} node(s), DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET} Ready.`);
+  console.log(`From ${REPO_ROOT}, with the rig's kubectl (the cluster's version), crictl and helm first on PATH:\n`);
+  console.log(`  export PATH=${RIG_BIN}:$PATH`);
   console.log(`  export KUBECONFIG=${KUBECONFIG_FILE}`);
   console.log('  kubectl get nodes,pods -A -o wide\n');
   for (const e of examples) console.log(`  ${e.command}\n    # ${e.look}\n`);

@@ -196,6 +196,8 @@ build_kube_apiserver() { build_kubernetes_binary kube-apiserver; }
 build_kube_controller_manager() { build_kubernetes_binary kube-controller-manager; }
 build_kube_scheduler() { build_kubernetes_binary kube-scheduler; }
 build_kubelet() { build_kubernetes_binary kubelet; }
+# The client `make up` prints commands for, at the cluster's version (a machine's kubectl may lag it).
+build_kubectl() { build_kubernetes_binary kubectl; }
 
 build_crictl() {
   "$GO" install -ldflags="$LDFLAGS -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
@@ -256,4 +258,5 @@ run_step kube-apiserver "$kubernetes_key" build_kube_apiserver
 run_step kube-scheduler "$kubernetes_key" build_kube_scheduler
 run_step kube-controller-manager "$kubernetes_key" build_kube_controller_manager
 run_step kubelet "$kubernetes_key" build_kubelet
+run_step kubectl "$kubernetes_key" build_kubectl
 printf '%-24s %7ss (log: %s)\n' total "$(since "$TOTAL_START")" "$BUILD_LOG" >&2

@@ -20,6 +20,8 @@ export type RigBinary =
   | 'crictl'
   | 'cnitool'
   | 'helm'
+  | 'kubectl'
+  | 'pause'
   | 'pause-image.tar';
 
 /** The path of a rig artefact built by `test/e2e/rig/build.sh`; fails naming the fix when it is missing. */
