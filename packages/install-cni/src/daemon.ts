@@ -22,7 +22,7 @@ export interface DaemonOptions {
   logger: Logger;
   /** Where re-emitted plugin log lines go (default: stdout, like the daemon's own log). */
   pluginLogSink?: (line: string) => void;
-  /** DaemonSet lookup for the upgrade-safe shutdown; only consulted with ambient on. */
+  /** DaemonSet lookup for the upgrade-safe shutdown (default: the node agent's). */
   upgradeLookup?: DaemonSetLookup;
   throttle?: Partial<ThrottleOptions>;
   /** KUBECONFIG for the agent's own API access; in-cluster credentials are used otherwise. */
