@@ -88,6 +88,29 @@ describe('daemon', () => {
     assert.equal(await readFile(join(host.netDir, '00-calico.conflist'), 'utf8'), chained);
     assert.equal(existsSync(join(host.binDir, 'istio-cni')), true);
     assert.equal(existsSync(join(host.runDir, 'istio-cni-kubeconfig')), true);
+    // The hand-over file tells the plugin's STATUS a successor is on the way; the successor removes it once ready.
+    assert.equal((await stat(join(host.runDir, 'upgrade-handover'))).mode & 0o777, 0o600);
+    const successor = new AbortController();
+    let restarted: { readinessPort: number } | undefined;
+    const second = runDaemon(
+      {
+        settings,
+        logger: captureLogger().logger,
+        pluginLogSink: () => undefined,
+        upgradeLookup: uninstall,
+        onStarted: (i) => (restarted = i),
+      },
+      successor.signal,
+    );
+    t.after(() => successor.abort());
+    const again = await waitFor('restarted', () => restarted);
+    await waitFor('readyz 200', async () =>
+      (await fetch(`http://127.0.0.1:${again.readinessPort}/readyz`)).status === 200 ? true : undefined,
+    );
+    await waitFor('hand-over file removed', async () => (existsSync(join(host.runDir, 'upgrade-handover')) ? undefined : true));
+    successor.abort('SIGTERM');
+    await second;
+    assert.equal(existsSync(join(host.runDir, 'upgrade-handover')), false, 'an uninstall leaves no hand-over file');
   });
 
   it('a fatal first pass stops the daemon after cleaning up what it installed', async (t) => {
