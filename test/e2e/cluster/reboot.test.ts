@@ -125,9 +125,13 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
 
     let last: AuditRow[] = [];
     let cleanAt: number | undefined;
+    let polls = 0;
+    let firstFailures: number | undefined;
     const deadline = readyAt + CLEAN_WITHIN_MS;
     while (Date.now() <= deadline) {
       last = await audit(namespaces, ambient);
+      polls++;
+      firstFailures ??= auditFailures(last).length + Math.max(0, podsBefore.size - last.length);
       if (last.length === podsBefore.size && auditFailures(last).length === 0) {
         cleanAt = Date.now();
         break;
@@ -147,24 +151,19 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     const failedSandboxes = events.reduce((n, e) => n + (e.count ?? 1), 0);
     const agentLog = (await api().request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${agentPodName}/log?container=install-cni`))
       .text;
-    const reconciled = [...podsBefore.values()]
-      .filter((p) =>
-        agentLog
-          .split('\n')
-          .some(
-            (l) =>
-              l.includes(p.metadata.name) &&
-              /reconcile|repair|enrolled in ambient|capture programmed/.test(l) &&
-              !l.includes('"level":"debug"'),
-          ),
-      )
-      .map((p) => p.metadata.name);
+    const handled = agentActions(
+      agentLog,
+      [...podsBefore.values()].map((p) => p.metadata.name),
+    );
+    const startup = agentLog.split('\n').find((l) => l.includes('found network namespaces of enrolled pods')) ?? '(no start-up line)';
     t.diagnostic(
       `${podsBefore.size} pods on node 1; agent Ready ${((readyAt - rebootedAt) / 1000).toFixed(1)} s after the reboot; ` +
         `${failedSandboxes} failed sandbox attempt(s) (FailedCreatePodSandBox${events.length ? `: ${[...new Set(events.map((e) => e.involvedObject?.name))].join(', ')}` : ''}); ` +
         `audit ${cleanAt === undefined ? `NOT clean ${CLEAN_WITHIN_MS / 1000} s after` : `clean ${((cleanAt - readyAt) / 1000).toFixed(1)} s after`} the agent's readiness; ` +
-        `pods named by the agent's reconciliation/enrolment log lines: ${reconciled.join(', ') || 'none'}`,
+        `${polls} audit(s), the first after readiness failing ${firstFailures ?? '?'} pod(s)`,
     );
+    t.diagnostic(`the agent's start-up reconciliation: ${startup}`);
+    t.diagnostic(`what the agent did per pod after the reboot:\n${handled}`);
     t.diagnostic(`after the reboot:\n${auditTable(last)}`);
     for (const e of events.slice(0, 5)) t.diagnostic(`FailedCreatePodSandBox ${e.involvedObject?.name}: ${e.message?.slice(0, 300)}`);
     assert.ok(
@@ -228,3 +227,22 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     await rebootAndAudit(t, [NS, AMBIENT_NS], true);
   });
 });
+
+/** Per pod, the distinct messages of the agent's JSON log lines naming it (its `pod` field), with their component. */
+function agentActions(log: string, names: readonly string[]): string {
+  const byPod = new Map<string, Set<string>>();
+  for (const line of log.split('\n')) {
+    let entry: { msg?: unknown; pod?: unknown; component?: unknown; level?: unknown };
+    try {
+      entry = JSON.parse(line) as typeof entry;
+    } catch {
+      continue;
+    }
+    if (typeof entry.pod !== 'string' || typeof entry.msg !== 'string' || entry.level === 'debug') continue;
+    const name = entry.pod.split('/')[1] ?? '';
+    if (!names.includes(name)) continue;
+    const what = typeof entry.component === 'string' ? `${entry.msg} (${entry.component})` : entry.msg;
+    byPod.set(name, (byPod.get(name) ?? new Set()).add(what));
+  }
+  return names.map((n) => `  ${n}: ${[...(byPod.get(n) ?? [])].join('; ') || 'nothing logged'}`).join('\n');
+}
