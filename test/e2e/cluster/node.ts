@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { cgroupHierarchies } from '../support/cgroupHierarchies.ts';
 import { containerdArgv, ctrArgv, renderContainerdConfig } from '../support/containerd.ts';
@@ -6,7 +6,7 @@ import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
-import { forkedChild, startDetached, waitForDetached } from './detached.ts';
+import { forkedChild, isRunning, startDetached, waitForDetached } from './detached.ts';
 import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
 
@@ -117,6 +117,95 @@ export async function startNode(
   controlPlane: ControlPlane,
   imageTars: readonly string[],
 ): Promise<RunningNode> {
+  const holder = await startHolder(state, node);
+  createCgroupRoot(state, node.cgroupRoot);
+
+  writePrimaryNetwork({
+    confDir: join(node.dir, 'cni/net.d'),
+    binDir: join(node.dir, 'cni/bin'),
+    ipamDataDir: join(node.dir, 'cni/ipam'),
+    name: 'cluster-pods',
+    bridge: 'cni0',
+    subnet: node.podCidr,
+    fileName: '10-bridge.conflist',
+    ipMasq: false,
+    cniVersion: PRIMARY_CNI_VERSION,
+  });
+  await addKubernetesServiceDnat(holder);
+
+  state.runtimes.push({ socket: join(node.dir, 'containerd/containerd.sock'), dir: join(node.dir, 'containerd') });
+  const { containerd, containerdSocket, crictl } = await startContainerd(state, node, holder);
+  for (const tar of [rigBinary('pause-image.tar'), ...imageTars]) {
+    await runCommand([...ctrArgv(containerdSocket, 'k8s.io'), 'images', 'import', tar], { timeoutMs: 600_000 });
+  }
+
+  const kubelet = await startKubelet(state, node, controlPlane, holder, containerdSocket);
+  return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
+}
+
+/**
+ * A power cycle without drain: SIGKILL to the holder takes every process of the node at once
+ * (kubelet, containerd, shims, containers, the agent) and its mount namespace (pod netns mounts,
+ * kubelet's volume mounts). Then what a reboot loses goes too: the tmpfs contents under /run
+ * (run/istio-cni, run/ztunnel, containerd's state dir) and the node netns' iptables, nft and ipset
+ * state; what is on disk stays (CNI config and binaries, containerd's root with its images and
+ * metadata, kubelet's root, host-local's allocations). Then the node starts again: holder,
+ * containerd, kubelet, as `startNode` does but with the images already in the runtime.
+ * The node's netns itself (its links) stands in for the machine's NICs and is kept.
+ */
+export async function rebootNode(state: ClusterState, running: RunningNode, controlPlane: ControlPlane): Promise<RunningNode> {
+  const node = running.layout;
+  const old = [running.holder, running.containerd, running.kubelet];
+  try {
+    process.kill(running.holder.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+  const deadline = Date.now() + 30_000;
+  while (old.some(isRunning)) {
+    if (Date.now() > deadline)
+      throw new Error(
+        `${node.name}: ${old
+          .filter(isRunning)
+          .map((p) => p.name)
+          .join(', ')} outlived the holder`,
+      );
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  state.processes = state.processes.filter((p) => !old.some((o) => o.pid === p.pid && o.startTime === p.startTime));
+  saveState(state);
+
+  for (const dir of [nodePrivateDir(node, '/run/istio-cni'), nodePrivateDir(node, '/run/ztunnel')]) emptyDir(dir);
+  rmSync(join(node.dir, 'containerd/state'), { recursive: true, force: true });
+  await flushNetnsFirewall(node.netns);
+
+  const holder = await startHolder(state, node);
+  await addKubernetesServiceDnat(holder);
+  const { containerd, containerdSocket, crictl } = await startContainerd(state, node, holder);
+  const kubelet = await startKubelet(state, node, controlPlane, holder, containerdSocket);
+  return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
+}
+
+function emptyDir(dir: string): void {
+  for (const entry of readdirSync(dir)) rmSync(join(dir, entry), { recursive: true, force: true });
+}
+
+/** What a reboot leaves of a netns' packet filtering: nothing (iptables nft and legacy, nft, ipsets, both families). */
+async function flushNetnsFirewall(netns: string): Promise<void> {
+  const inNetns = (argv: readonly string[]) => runCommand(['ip', 'netns', 'exec', netns, ...argv], { allowFailure: true });
+  for (const tool of ['iptables-legacy', 'ip6tables-legacy']) {
+    for (const table of ['filter', 'nat', 'mangle', 'raw']) {
+      await inNetns([tool, '-w', '-t', table, '-F']);
+      await inNetns([tool, '-w', '-t', table, '-X']);
+    }
+  }
+  // The iptables-nft tables are nft tables: one flush removes them with every other.
+  await runCommand(['ip', 'netns', 'exec', netns, 'nft', 'flush', 'ruleset']);
+  await inNetns(['ipset', 'destroy']);
+}
+
+/** The node's namespace holder (PID 1 of its PID namespace) and the mounts of its mount namespace. */
+async function startHolder(state: ClusterState, node: NodeLayout): Promise<ProcessRecord> {
   const logs = join(node.dir, 'logs');
   for (const d of [logs, ...NODE_PRIVATE_PATHS.map((p) => join(node.dir, p.nodeDir))]) mkdirSync(d, { recursive: true });
 
@@ -166,22 +255,11 @@ export async function startNode(
   }
   // Pod netns bind mounts stay in the node's namespace and go with it.
   await runCommand([...mountNs, 'mount', '-t', 'tmpfs', '-o', 'mode=0755', 'tmpfs', '/run/netns']);
+  return holder;
+}
 
-  createCgroupRoot(state, node.cgroupRoot);
-
-  writePrimaryNetwork({
-    confDir: join(node.dir, 'cni/net.d'),
-    binDir: join(node.dir, 'cni/bin'),
-    ipamDataDir: join(node.dir, 'cni/ipam'),
-    name: 'cluster-pods',
-    bridge: 'cni0',
-    subnet: node.podCidr,
-    fileName: '10-bridge.conflist',
-    ipMasq: false,
-    cniVersion: PRIMARY_CNI_VERSION,
-  });
-
-  // Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods).
+/** Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods). */
+async function addKubernetesServiceDnat(holder: ProcessRecord): Promise<void> {
   for (const chain of ['PREROUTING', 'OUTPUT']) {
     await runCommand(
       inNode(holder.pid, [
@@ -204,7 +282,13 @@ export async function startNode(
       ]),
     );
   }
+}
 
+async function startContainerd(
+  state: ClusterState,
+  node: NodeLayout,
+  holder: ProcessRecord,
+): Promise<Pick<RunningNode, 'containerd' | 'containerdSocket' | 'crictl'>> {
   const containerdDir = join(node.dir, 'containerd');
   mkdirSync(containerdDir, { recursive: true });
   const containerdSocket = join(containerdDir, 'containerd.sock');
@@ -213,13 +297,12 @@ export async function startNode(
     containerdConfig,
     renderContainerdConfig(containerdDir, containerdSocket, '/etc/cni/net.d', '/opt/cni/bin', pauseImageRef()),
   );
-  state.runtimes.push({ socket: containerdSocket, dir: containerdDir });
   const containerd = await startInNode(
     state,
     holder,
     `${node.name} containerd`,
     containerdArgv(containerdConfig),
-    join(logs, 'containerd.log'),
+    join(node.dir, 'logs/containerd.log'),
     STOP_CONTAINERD,
   );
   const crictlConfig = join(containerdDir, 'crictl.yaml');
@@ -232,12 +315,7 @@ export async function startNode(
     async () => ((await crictl(['version'])).includes('RuntimeName') ? true : undefined),
     60_000,
   );
-  for (const tar of [rigBinary('pause-image.tar'), ...imageTars]) {
-    await runCommand([...ctrArgv(containerdSocket, 'k8s.io'), 'images', 'import', tar], { timeoutMs: 600_000 });
-  }
-
-  const kubelet = await startKubelet(state, node, controlPlane, holder, containerdSocket);
-  return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
+  return { containerd, containerdSocket, crictl };
 }
 
 async function startKubelet(

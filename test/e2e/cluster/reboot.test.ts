@@ -1,0 +1,248 @@
+// A node power-cycled without drain, on a two-node cluster of its own: node 1 loses every process
+// at once and what a reboot loses (rebootNode in node.ts), then starts again; kubelet re-creates
+// every sandbox, many before the agent is Ready. The bar: the mesh audit (audit.ts) of node 1 is
+// clean within 60 s of the agent's readiness, nothing deleted or restarted by hand. Run first with
+// the chart's default values (sidecar and plain pods), then after `helm upgrade` to profile=ambient
+// (ambient and sidecar pods, a fake ztunnel per node that restarts with its node).
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { after, before, describe, it, type TestContext } from 'node:test';
+import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
+import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
+import { auditFailures, auditTable, type AuditRow } from '../support/podAudit.ts';
+import { REPO_ROOT } from '../support/rigPaths.ts';
+import { collectAudit } from './audit.ts';
+import { SIDECAR_STATUS } from './examples.ts';
+import { bringUp, DAEMONSET, describeNamespace, helm, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
+import { nodePrivateDir, rebootNode, type RunningNode } from './node.ts';
+import { loadState } from './state.ts';
+import { tearDown } from './teardown.ts';
+import { container, isReady, NOWHERE, probe, serve, waitFor, whenListening, type Pod, type SandboxFailureEvent } from './workloads.ts';
+
+const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
+const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
+const NS = 'e2e-reboot';
+const AMBIENT_NS = 'e2e-reboot-ambient';
+/** The bar: a clean audit this long after the agent is Ready again. */
+const CLEAN_WITHIN_MS = 60_000;
+
+describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
+  let cluster: LocalCluster;
+  const ztunnels = new Map<string, FakeZtunnel>();
+  const api = () => cluster.controlPlane.api;
+  const node1 = (): RunningNode => {
+    const n = cluster.nodes[0];
+    assert.ok(n !== undefined);
+    return n;
+  };
+
+  const createNamespace = async (name: string, labels: Record<string, string> = {}) => {
+    await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+    await waitFor(
+      `the default service account in ${name}`,
+      async () => ((await api().request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
+      60_000,
+    );
+  };
+  const createPod = (namespace: string, name: string, containers: unknown[], annotations: Record<string, string> = {}) =>
+    api().must('POST', `/api/v1/namespaces/${namespace}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace, annotations },
+      spec: { nodeName: node1().layout.name, terminationGracePeriodSeconds: 1, containers },
+    });
+  const sidecarPod = (namespace: string, name: string) =>
+    createPod(
+      namespace,
+      name,
+      [
+        container('istio-proxy', serve(15001, 'proxy-15001'), 1337),
+        container('app', whenListening(15001, 'proxy-15001', probe(NOWHERE, 80))),
+      ],
+      { 'sidecar.istio.io/status': SIDECAR_STATUS },
+    );
+  const pods = async (namespace: string) => (await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${namespace}/pods`)).items;
+  const waitAllReady = (namespace: string, timeoutMs = 180_000) =>
+    waitFor(
+      `every pod of ${namespace} Ready`,
+      async () => ((await pods(namespace)).every(isReady) ? true : undefined),
+      timeoutMs,
+      () => describeNamespace(cluster.controlPlane, namespace),
+    );
+  const agentOnNode1 = async () =>
+    (
+      await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)
+    ).items.find((p) => p.spec.nodeName === node1().layout.name && p.metadata.deletionTimestamp === undefined);
+  const connectZtunnel = async (node: RunningNode): Promise<FakeZtunnel> => {
+    const path = join(nodePrivateDir(node.layout, '/run/ztunnel'), 'ztunnel.sock');
+    const zt = await waitFor(
+      `${node.layout.name}: a ZDS connection to ${path}`,
+      async () => (existsSync(path) ? startFakeZtunnel({ path }).catch(() => undefined) : undefined),
+      120_000,
+      () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
+    );
+    ztunnels.set(node.layout.name, zt);
+    return zt;
+  };
+  const audit = (namespaces: readonly string[], ambientEnabled: boolean): Promise<AuditRow[]> =>
+    collectAudit({ api: api(), node: node1(), namespaces, ambientEnabled, ztunnel: ztunnels.get(node1().layout.name) });
+
+  /**
+   * Reboots node 1 and polls the audit until clean; reports sandbox failures, the time to a clean
+   * audit after the agent's readiness, and the pods the agent's start-up reconciliation handled.
+   */
+  const rebootAndAudit = async (t: TestContext, namespaces: readonly string[], ambient: boolean) => {
+    const before = await audit(namespaces, ambient);
+    t.diagnostic(`before the reboot:\n${auditTable(before)}`);
+    assert.deepEqual(auditFailures(before), [], 'the audit is clean before the reboot');
+    const podsBefore = new Map<string, Pod>();
+    for (const ns of namespaces) for (const p of await pods(ns)) podsBefore.set(p.metadata.uid, p);
+
+    const rebootedAt = Date.now();
+    const old = ztunnels.get(node1().layout.name);
+    old?.close(); // ztunnel goes with its node and forgets every pod
+    ztunnels.delete(node1().layout.name);
+    const state = loadState();
+    assert.ok(state !== undefined);
+    cluster.nodes[0] = await rebootNode(state, node1(), cluster.controlPlane);
+
+    const agentPodName = (await agentOnNode1())?.metadata.name ?? '';
+    const readyAt = await waitFor(
+      `${DAEMONSET} on node 1 Ready after the reboot`,
+      async () => {
+        const agent = await agentOnNode1();
+        const cond = agent?.status?.conditions?.find((c) => c.type === 'Ready' && c.status === 'True');
+        const at = Date.parse(cond?.lastTransitionTime ?? '');
+        // The API's seconds: the condition must have turned true after the reboot.
+        return agent !== undefined && !Number.isNaN(at) && at >= Math.floor(rebootedAt / 1000) * 1000 ? Date.now() : undefined;
+      },
+      240_000,
+      () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
+    );
+    if (ambient) await connectZtunnel(node1());
+
+    let last: AuditRow[] = [];
+    let cleanAt: number | undefined;
+    let polls = 0;
+    let firstFailures: number | undefined;
+    const deadline = readyAt + CLEAN_WITHIN_MS;
+    while (Date.now() <= deadline) {
+      last = await audit(namespaces, ambient);
+      polls++;
+      firstFailures ??= auditFailures(last).length + Math.max(0, podsBefore.size - last.length);
+      if (last.length === podsBefore.size && auditFailures(last).length === 0) {
+        cleanAt = Date.now();
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    const events = (
+      await Promise.all(
+        namespaces.map((ns) =>
+          api().must<{ items: (SandboxFailureEvent & { message?: string; lastTimestamp?: string | null })[] }>(
+            'GET',
+            `/api/v1/namespaces/${ns}/events?fieldSelector=${encodeURIComponent('reason=FailedCreatePodSandBox')}`,
+          ),
+        ),
+      )
+    ).flatMap((e) => e.items.filter((i) => Date.parse(i.lastTimestamp ?? i.eventTime ?? '') >= Math.floor(rebootedAt / 1000) * 1000));
+    const failedSandboxes = events.reduce((n, e) => n + (e.count ?? 1), 0);
+    const agentLog = (await api().request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${agentPodName}/log?container=install-cni`))
+      .text;
+    const handled = agentActions(
+      agentLog,
+      [...podsBefore.values()].map((p) => p.metadata.name),
+    );
+    const startup = agentLog.split('\n').find((l) => l.includes('found network namespaces of enrolled pods')) ?? '(no start-up line)';
+    t.diagnostic(
+      `${podsBefore.size} pods on node 1; agent Ready ${((readyAt - rebootedAt) / 1000).toFixed(1)} s after the reboot; ` +
+        `${failedSandboxes} failed sandbox attempt(s) (FailedCreatePodSandBox${events.length ? `: ${[...new Set(events.map((e) => e.involvedObject?.name))].join(', ')}` : ''}); ` +
+        `audit ${cleanAt === undefined ? `NOT clean ${CLEAN_WITHIN_MS / 1000} s after` : `clean ${((cleanAt - readyAt) / 1000).toFixed(1)} s after`} the agent's readiness; ` +
+        `${polls} audit(s), the first after readiness failing ${firstFailures ?? '?'} pod(s)`,
+    );
+    t.diagnostic(`the agent's start-up reconciliation: ${startup}`);
+    t.diagnostic(`what the agent did per pod after the reboot:\n${handled}`);
+    t.diagnostic(`after the reboot:\n${auditTable(last)}`);
+    for (const e of events.slice(0, 5)) t.diagnostic(`FailedCreatePodSandBox ${e.involvedObject?.name}: ${e.message?.slice(0, 300)}`);
+    assert.ok(
+      cleanAt !== undefined,
+      `the audit of node 1 is clean within ${CLEAN_WITHIN_MS / 1000} s of the agent's readiness:\n${auditTable(last)}`,
+    );
+    // No pod was deleted or replaced by hand: the same pods (uids) are there.
+    const after = new Set<string>();
+    for (const ns of namespaces) for (const p of await pods(ns)) after.add(p.metadata.uid);
+    assert.deepEqual([...after].sort(), [...podsBefore.keys()].sort(), 'the same pods, none deleted or re-created');
+  };
+
+  before(async () => {
+    cluster = await bringUp({ nodes: 2, image: IMAGE, imageTar: IMAGE_ARCHIVE });
+    await createNamespace(NS);
+  });
+
+  after(async () => {
+    for (const zt of ztunnels.values()) zt.close();
+    const state = loadState();
+    if (state !== undefined) assert.deepEqual(await tearDown(state), [], 'the cluster left something behind');
+  });
+
+  it('default profile: sidecar and plain pods on node 1 are captured as before within 60 s of the agent being Ready', {
+    timeout: 480_000,
+  }, async (t) => {
+    for (const i of [1, 2, 3]) await sidecarPod(NS, `sidecar-${i}`);
+    for (const i of [1, 2]) await createPod(NS, `plain-${i}`, [container('app', serve(8080, 'plain-8080'))]);
+    await waitAllReady(NS);
+    await rebootAndAudit(t, [NS], false);
+  });
+
+  it('profile=ambient: ambient and sidecar pods on node 1 end enrolled and captured, none left annotated without rules, with a fresh ztunnel', {
+    timeout: 600_000,
+  }, async (t) => {
+    await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', 'profile=ambient']);
+    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
+    await waitFor(
+      `every ${DAEMONSET} pod on the ambient profile and Ready`,
+      async () => {
+        const agents = (
+          await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)
+        ).items;
+        return agents.length === cluster.nodes.length && agents.every(isReady) ? true : undefined;
+      },
+      180_000,
+    );
+    for (const node of cluster.nodes) {
+      const zt = await connectZtunnel(node);
+      await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the first snapshot`, 30_000);
+    }
+    await createNamespace(AMBIENT_NS, { 'istio.io/dataplane-mode': 'ambient' });
+    for (const i of [1, 2, 3]) await createPod(AMBIENT_NS, `ambient-${i}`, [container('app', 'sleep 86400')]);
+    await waitAllReady(AMBIENT_NS);
+    await waitFor(
+      'every ambient pod annotated',
+      async () =>
+        (await pods(AMBIENT_NS)).every((p) => p.metadata.annotations?.['ambient.istio.io/redirection'] === 'enabled') ? true : undefined,
+      60_000,
+    );
+    await rebootAndAudit(t, [NS, AMBIENT_NS], true);
+  });
+});
+
+/** Per pod, the distinct messages of the agent's JSON log lines naming it (its `pod` field), with their component. */
+function agentActions(log: string, names: readonly string[]): string {
+  const byPod = new Map<string, Set<string>>();
+  for (const line of log.split('\n')) {
+    let entry: { msg?: unknown; pod?: unknown; component?: unknown; level?: unknown };
+    try {
+      entry = JSON.parse(line) as typeof entry;
+    } catch {
+      continue;
+    }
+    if (typeof entry.pod !== 'string' || typeof entry.msg !== 'string' || entry.level === 'debug') continue;
+    const name = entry.pod.split('/')[1] ?? '';
+    if (!names.includes(name)) continue;
+    const what = typeof entry.component === 'string' ? `${entry.msg} (${entry.component})` : entry.msg;
+    byPod.set(name, (byPod.get(name) ?? new Set()).add(what));
+  }
+  return names.map((n) => `  ${n}: ${[...(byPod.get(n) ?? [])].join('; ') || 'nothing logged'}`).join('\n');
+}
