@@ -127,3 +127,14 @@ export {
   type ZdsLogger,
 } from './zds/podSnapshotSource.ts';
 export { createZtunnelServer, type RequestOptions, type ZtunnelServer, type ZtunnelServerOptions } from './zds/createZtunnelServer.ts';
+export {
+  type AmbientEnrolmentState,
+  compareAmbientEnrolment,
+  compareIptablesCapture,
+  compareNftCapture,
+  type Drift,
+  type DriftKind,
+  hasIstioIptablesState,
+  type IptablesCaptureState,
+  type NftCaptureState,
+} from './captureDrift.ts';
