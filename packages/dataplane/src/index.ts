@@ -138,3 +138,4 @@ export {
   type IptablesCaptureState,
   type NftCaptureState,
 } from './captureDrift.ts';
+export { inspectCapture, type InspectCaptureOptions } from './inspectCapture.ts';

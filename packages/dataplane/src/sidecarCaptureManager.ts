@@ -3,7 +3,9 @@ import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps } fr
 import type { IptablesState } from './iptablesState.ts';
 import type { CommandRunner } from './commandRunner.ts';
 import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
-import { detectPodIpv6 } from './detectPodIpv6.ts';
+import type { Drift } from './captureDrift.ts';
+import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
+import { inspectCapture } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
@@ -30,6 +32,15 @@ export interface SidecarCaptureManager {
   apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
   /** Differences between `netns` and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
+  /**
+   * Continuous verification: what differs between `netns` and the plan for `pod`, classified;
+   * `pod` undefined = a pod outside the mesh, whose netns must hold nothing of ours. `podIps`
+   * (the pod's status IPs) decide the IP family without entering the netns. Opens `netns` through
+   * the guard; throws `PodNetnsRefusedError` when it cannot (gone, or not a pod's).
+   */
+  inspect(pod: Pod | undefined, netns: string, podIps?: readonly string[]): Promise<Drift[]>;
+  /** Re-programs the pod's rules, replacing whatever owned state differs (one restore per family / one nft transaction). */
+  repair(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
 }
 
 /** A Map that forgets its oldest entries beyond `limit`. */
@@ -80,23 +91,43 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
       ...(options.env ? { env: options.env } : {}),
     });
 
+  /** Opens and checks `netns` once; everything runs through that fd. */
+  async function inNetns<T>(netns: string, fn: (path: string) => Promise<T>): Promise<T> {
+    const handle = options.netnsGuard.openCniNetns(netns);
+    try {
+      return await handle.use(fn);
+    } finally {
+      handle.close();
+    }
+  }
+
+  function program(pod: Pod, netns: string, podIps: readonly string[] | undefined, reconcile: boolean): Promise<string> {
+    return inNetns(netns, async (path) => {
+      const planned = plan(pod, path);
+      const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
+      const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, reconcile, ...(podIps ? { podIps } : {}) });
+      return typeof outcome === 'string'
+        ? outcome
+        : Object.entries(outcome)
+            .map(([family, o]) => `${family}:${o}`)
+            .join(',');
+    });
+  }
+
   return {
-    async apply(pod, netns, podIps) {
-      const handle = options.netnsGuard.openCniNetns(netns);
-      try {
-        return await handle.use(async (path) => {
-          const planned = plan(pod, path);
-          const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-          const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
-          return typeof outcome === 'string'
-            ? outcome
-            : Object.entries(outcome)
-                .map(([family, o]) => `${family}:${o}`)
-                .join(',');
-        });
-      } finally {
-        handle.close();
-      }
+    apply: (pod, netns, podIps) => program(pod, netns, podIps, false),
+    repair: (pod, netns, podIps) => program(pod, netns, podIps, true),
+    inspect(pod, netns, podIps) {
+      return inNetns(netns, async (path) => {
+        const backend = options.nativeNftables
+          ? ({ kind: 'nft' } as const)
+          : { kind: 'iptables' as const, iptables: await iptablesBackend() };
+        if (pod === undefined) return inspectCapture(deps, { netns: path, plan: undefined, backend });
+        const planned = plan(pod, path);
+        const dualStack = planned.dualStack === true;
+        const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
+        return inspectCapture(deps, { netns: path, plan: planned.plan({ ipv6 }), backend });
+      });
     },
     async verify(pod, netns) {
       const planned = plan(pod, netns);

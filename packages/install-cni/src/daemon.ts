@@ -180,6 +180,8 @@ function startAgent(
     ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
     hostProcDir: settings.hostProcDir,
     captureEnv: process.env,
+    verifyIntervalMs: settings.verifyIntervalMs,
+    verifyReportOnly: settings.verifyReportOnly,
     ambient: {
       systemNamespace: settings.systemNamespace,
       ztunnelUdsAddress: settings.ztunnelUdsAddress,

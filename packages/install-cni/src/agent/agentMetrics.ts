@@ -31,3 +31,17 @@ export function createAgentMetrics(registry: Registry): AgentMetrics {
     },
   };
 }
+
+/**
+ * `istio_cni_drift_total{kind,action}`: what continuous verification found (`rules_missing`,
+ * `rules_changed`, `unexpected_rules`, `probe_set`, `ztunnel`, `annotation`, or `unverifiable`)
+ * and what it did (`repaired`, `failed`, `reported`).
+ */
+export function createDriftCounter(registry: Registry): Counter<'kind' | 'action'> {
+  return new Counter({
+    name: 'istio_cni_drift_total',
+    help: 'Pods found by continuous verification to differ from their plan, by kind of drift and action taken.',
+    labelNames: ['kind', 'action'],
+    registers: [registry],
+  });
+}

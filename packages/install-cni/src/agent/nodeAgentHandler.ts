@@ -16,6 +16,7 @@ import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { AgentMetrics } from './agentMetrics.ts';
+import type { VerifiableAttachment } from './podVerifier.ts';
 import { NonRetryableError, RetryableError, redirectionState, type MeshDataplane } from '../ambient/meshDataplane.ts';
 
 /** `::ffff:10.0.0.5` → `10.0.0.5` (upstream unmaps IPv4-mapped addresses from the event). */
@@ -64,18 +65,12 @@ function verdict(v: HandoffVerdict['verdict'], reason?: string): Outcome {
   return reason ? { protocol: PROTOCOL, verdict: v, reason } : { protocol: PROTOCOL, verdict: v };
 }
 
-/** What the agent remembers per attachment (for CHECK and GC): the key is `containerId/ifName`. */
-interface TrackedAttachment {
-  namespace: string;
-  name: string;
-  uid: string;
-  netns: string;
-  mode: 'sidecar' | 'ambient';
-}
+/** What the agent remembers per attachment (for CHECK, GC and verification): the key is `containerId/ifName`. */
+type TrackedAttachment = VerifiableAttachment;
 
 export interface NodeAgentHandler {
   handle(request: HandoffRequest): Promise<Outcome>;
-  /** Attachments currently tracked (exported for testing purposes only). */
+  /** Attachments currently tracked (what verification checks). */
   attachments(): ReadonlyMap<string, Readonly<TrackedAttachment>>;
 }
 
@@ -119,9 +114,12 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     const input = decisionInput(request);
     const local = decidePod(input);
     if (local.action === 'skip') return verdict('skipped', local.reason);
-    const decision = decidePod({ ...input, found: await lookupPod(request) });
+    const found = await lookupPod(request);
+    const decision = decidePod({ ...input, found });
     switch (decision.action) {
       case 'skip':
+        // Remembered so that verification can tell if Istio rules or annotations appear later.
+        if (found.pod !== undefined) remember(request, found.pod, 'none');
         return verdict('skipped', decision.reason);
       case 'fail':
         return failure(decision);

@@ -9,10 +9,12 @@ import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
 import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
 import type { MeshDataplane } from '../ambient/meshDataplane.ts';
 import { startAmbient, type Ambient, type AmbientOptions } from '../ambient/startAmbient.ts';
-import { createAgentMetrics } from './agentMetrics.ts';
+import { createAgentMetrics, createDriftCounter } from './agentMetrics.ts';
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
 import { createNodeAgentHandler } from './nodeAgentHandler.ts';
+import { createPodVerifier } from './podVerifier.ts';
+import { createVerificationLoop, type VerificationLoop, type VerificationTarget, type VerifyOutcome } from './verificationLoop.ts';
 
 export interface NodeAgentOptions {
   kube: KubeConfigSource;
@@ -35,6 +37,10 @@ export interface NodeAgentOptions {
   registry: Registry;
   /** `undefined` when the installer is ready, else why not. */
   installerNotReady(): string | undefined;
+  /** VERIFY_INTERVAL in milliseconds (default 60 s; 0 = no periodic passes). */
+  verifyIntervalMs?: number;
+  /** VERIFY_REPORT_ONLY. */
+  verifyReportOnly?: boolean;
   /** Ambient settings; required when `ambientEnabled`. */
   ambient?: Omit<AmbientOptions, 'view' | 'synced' | 'annotator' | 'policy' | 'logger' | 'registry'> & { systemNamespace: string };
 }
@@ -48,6 +54,8 @@ export interface NodeAgent {
   pods: PodWatch;
   /** The DaemonSet lookup for the upgrade-safe shutdown (ambient only). */
   upgradeLookup?: DaemonSetLookup;
+  /** Continuous verification of the pods this agent handled. */
+  verification: VerificationLoop;
   /** `cleanup`: not an upgrade, so node-level ambient state (host rules, probe sets) goes too. */
   stop(cleanup: boolean): Promise<void>;
 }
@@ -85,19 +93,37 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
       : options.ambientEnabled && !ambient?.isReady()
         ? 'ambient node agent still starting'
         : undefined);
+  const policy = { agentNamespace: options.podNamespace, excludeNamespaces: options.excludeNamespaces };
   const handler = createNodeAgentHandler({
     view: cluster.view,
     reader: cluster.reader,
     capture,
-    policy: { agentNamespace: options.podNamespace, excludeNamespaces: options.excludeNamespaces },
+    policy,
     ambient: ambientPolicy,
     limiter: createConcurrencyLimiter(options.concurrency ?? 4, options.maxQueued ?? 1000),
     logger: options.logger,
     notReadyReason,
     metrics: createAgentMetrics(options.registry),
   });
+  const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy });
+  const verification = createVerificationLoop({
+    intervalMs: options.verifyIntervalMs ?? 60_000,
+    reportOnly: options.verifyReportOnly === true,
+    targets: (): VerificationTarget[] => [...handler.attachments()].map(([key, a]) => ({ key, pod: `${a.namespace}/${a.name}` })),
+    verify: (t): Promise<VerifyOutcome> => {
+      const a = handler.attachments().get(t.key);
+      return a === undefined ? Promise.resolve({ status: 'skipped', reason: 'attachment deleted' }) : verifyPod(a);
+    },
+    logger: options.logger.with({ component: 'verify' }),
+    drift: createDriftCounter(options.registry),
+  });
+  ready.then(
+    () => verification.start(),
+    () => undefined,
+  );
   return {
     handler: (request) => handler.handle(request),
+    verification,
     pods: cluster.pods,
     ready,
     notReadyReason,
@@ -105,6 +131,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
       ? { upgradeLookup: createDaemonSetLookup(kube, options.podNamespace, () => nodeLabels(kube, options.nodeName)) }
       : {}),
     async stop(cleanup) {
+      await verification.stop();
       cluster.stop();
       const a = ambient ?? (await ambientStarting?.catch(() => undefined));
       await a?.stop(cleanup);
