@@ -303,3 +303,25 @@ describe('pod verifier', () => {
     assert.deepEqual(calls, ['inspect outside']);
   });
 });
+
+describe('verification loop, drift left in place', () => {
+  it('is logged and counted once while it stays the same, again when it changes', async () => {
+    const { logger, lines } = captureLogger();
+    const drift = counter();
+    let detail = 'a';
+    const loop = createVerificationLoop({
+      intervalMs: 0,
+      reportOnly: true,
+      targets: () => targets(1),
+      verify: async () => ({ status: 'drift', drift: [{ kind: 'rules_changed', detail }] }),
+      logger,
+      drift,
+    });
+    await loop.verifyNow();
+    await loop.verifyNow();
+    detail = 'b';
+    await loop.verifyNow();
+    assert.deepEqual([...drift.counts], [['rules_changed/reported', 2]]);
+    assert.equal(lines.filter((l) => l.msg === 'pod drifted from its plan').length, 2);
+  });
+});

@@ -9,7 +9,7 @@ import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
 import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
 import type { MeshDataplane } from '../ambient/meshDataplane.ts';
 import { startAmbient, type Ambient, type AmbientOptions } from '../ambient/startAmbient.ts';
-import { createAgentMetrics, createDriftCounter } from './agentMetrics.ts';
+import { createAgentMetrics, createVerificationMetrics } from './agentMetrics.ts';
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
 import { createNodeAgentHandler } from './nodeAgentHandler.ts';
@@ -115,7 +115,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
       return a === undefined ? Promise.resolve({ status: 'skipped', reason: 'attachment deleted' }) : verifyPod(a);
     },
     logger: options.logger.with({ component: 'verify' }),
-    drift: createDriftCounter(options.registry),
+    ...createVerificationMetrics(options.registry),
   });
   ready.then(
     () => verification.start(),

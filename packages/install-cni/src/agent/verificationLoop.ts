@@ -53,6 +53,8 @@ export interface VerificationLoopOptions {
   verify(target: VerificationTarget): Promise<VerifyOutcome>;
   logger: Logger;
   drift: DriftCounter;
+  /** Counts every check by its first outcome (`ok`, `drift`, `skipped`, `unverifiable`). */
+  verified?: { inc(labels: { result: VerifyOutcome['status'] }): void };
   clock?: VerificationClock;
   /** Uniform in [0, 1); jitter source. */
   random?: () => number;
@@ -66,6 +68,10 @@ export interface VerificationLoop {
   verifyNow(select?: (t: VerificationTarget) => boolean): Promise<PodVerification[]>;
   /** Last verification per target key. */
   results(): ReadonlyMap<string, PodVerification>;
+}
+
+function sameDrift(a: readonly Drift[], b: readonly Drift[]): boolean {
+  return a.length === b.length && a.every((d, i) => d.kind === b[i]?.kind && d.detail === b[i]?.detail);
 }
 
 export const systemClock: VerificationClock = {
@@ -89,6 +95,7 @@ export const systemClock: VerificationClock = {
  * point of slot i, so a node's pods never all hit nsenter at once and two agents' passes do not
  * line up), and the first pass starts at a random point of the first interval. A pod is checked
  * by `verify`; drift is repaired unless report-only, then checked again: still drifting = failed.
+ * Drift that is only reported is logged and counted once while it stays the same.
  */
 export function createVerificationLoop(options: VerificationLoopOptions): VerificationLoop {
   const clock = options.clock ?? systemClock;
@@ -114,6 +121,7 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
     const log = options.logger.with({ pod: target.pod });
     const first = await check(target);
     const record: PodVerification = { pod: target.pod, at: clock.now(), status: first.status, drift: [] };
+    options.verified?.inc({ result: first.status });
     if (first.status === 'skipped' || first.status === 'unverifiable') {
       if (first.status === 'skipped') record.error = first.reason;
       else {
@@ -128,6 +136,9 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
     const differed = first.drift.map((d) => ({ kind: d.kind, detail: d.detail }));
     if (options.reportOnly || first.repair === undefined) {
       record.action = 'reported';
+      // A drift left in place is logged and counted when first seen, not on every pass.
+      const before = results.get(target.key);
+      if (before?.action === 'reported' && sameDrift(before.drift, first.drift)) return record;
       count(first.drift, 'reported');
       log.warn('pod drifted from its plan', { drift: differed, action: 'reported', reportOnly: options.reportOnly });
       return record;
