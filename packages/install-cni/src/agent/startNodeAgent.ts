@@ -109,8 +109,13 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const verification = createVerificationLoop({
     intervalMs: options.verifyIntervalMs ?? 60_000,
     reportOnly: options.verifyReportOnly === true,
-    targets: (): VerificationTarget[] => [...handler.attachments()].map(([key, a]) => ({ key, pod: `${a.namespace}/${a.name}` })),
+    // Ambient pods are checked by the ambient verifier (whether enrolled by ADD or by the informers).
+    targets: (): VerificationTarget[] => [
+      ...[...handler.attachments()].filter(([, a]) => a.mode !== 'ambient').map(([key, a]) => ({ key, pod: `${a.namespace}/${a.name}` })),
+      ...(ambient?.isReady() ? ambient.verifier.targets() : []),
+    ],
     verify: (t): Promise<VerifyOutcome> => {
+      if (ambient !== undefined && t.key.startsWith('ambient/')) return ambient.verifier.verify(t);
       const a = handler.attachments().get(t.key);
       return a === undefined ? Promise.resolve({ status: 'skipped', reason: 'attachment deleted' }) : verifyPod(a);
     },

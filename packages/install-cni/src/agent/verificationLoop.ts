@@ -18,7 +18,13 @@ export type VerifyOutcome =
   /** The pod could not be inspected (netns unreadable, a command failed): reported, never repaired. */
   | { status: 'unverifiable'; error: string }
   /** `repair` absent: the drift is only reported (e.g. rules we did not write in a pod outside the mesh). */
-  | { status: 'drift'; drift: Drift[]; repair?: () => Promise<void> };
+  | {
+      status: 'drift';
+      drift: Drift[];
+      repair?: () => Promise<void>;
+      /** `false`: the repair cannot be confirmed by checking again at once (an API write the watch has not delivered yet). */
+      confirm?: boolean;
+    };
 
 export type DriftAction = 'repaired' | 'failed' | 'reported';
 
@@ -146,7 +152,7 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
     let error: string | undefined;
     try {
       await first.repair();
-      const after = await check(target);
+      const after: VerifyOutcome = first.confirm === false ? { status: 'ok' } : await check(target);
       if (after.status === 'drift') error = `still differs after repair: ${after.drift.map((d) => d.detail).join('; ')}`;
       else if (after.status === 'unverifiable') error = `could not be verified after repair: ${after.error}`;
     } catch (err) {
