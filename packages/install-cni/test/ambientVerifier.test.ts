@@ -120,6 +120,13 @@ describe('ambient verifier', () => {
     ]);
   });
 
+  it('a pod missing from a shared listing is looked up in a fresh one before it counts as drift', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })], { probeSet: [] });
+    const out = await verifyOnly(h);
+    assert.equal(out.status, 'drift');
+    assert.equal(h.calls.filter((c) => c === 'list').length, 2);
+  });
+
   it('no ztunnel connected is not drift', async () => {
     const h = harness([pod('web', { annotation: 'enabled' })], { ztunnelHas: undefined });
     assert.deepEqual(await verifyOnly(h), { status: 'ok' });

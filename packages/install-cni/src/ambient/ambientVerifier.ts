@@ -117,9 +117,15 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     let drift: Drift[];
     try {
       drift = await netns.use((path) => podRules.inspect(path, plan));
-      const inSet = (await probeSetEntries()).filter((e) => e.uid === uid).map((e) => e.ip);
       // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
       const wanted = ips.map((ip) => ip.split('/')[0] ?? ip).filter((ip) => deps.config.enableIPv6 || !ip.includes(':'));
+      const ofPod = async () => (await probeSetEntries()).filter((e) => e.uid === uid).map((e) => e.ip);
+      let inSet = await ofPod();
+      if (wanted.some((ip) => !inSet.includes(ip))) {
+        // The shared listing may predate this pod's enrolment: only a fresh one can say it is missing.
+        listing = undefined;
+        inSet = await ofPod();
+      }
       drift.push(...compareAmbientEnrolment(true, { probeSetIps: inSet, annotation, ztunnelHasPod: deps.ztunnel.hasPod(uid) }, wanted));
     } catch (err) {
       return { status: 'unverifiable', error: errorMessage(err) };
