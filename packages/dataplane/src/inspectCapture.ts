@@ -1,5 +1,5 @@
 import { canonicalIptablesState, readIptablesState } from './applyIptablesRules.ts';
-import { canonicalNftTables, listTable, ownedTables } from './applyNftRules.ts';
+import { canonicalNftTables, readNftTables } from './applyNftRules.ts';
 import type { SidecarCaptureDeps, SidecarRulePlan } from './applySidecarCapture.ts';
 import { compareIptablesCapture, compareNftCapture, type Drift, type IptablesCaptureState } from './captureDrift.ts';
 import type { IptablesBackend, IptablesFamily } from './detectIptablesBackend.ts';
@@ -16,7 +16,7 @@ export interface InspectCaptureOptions {
 
 /**
  * Reads a pod netns and compares it with its plan (`compareIptablesCapture` / `compareNftCapture`).
- * Costs one read per family (`iptables-save`) or one listing per owned table; the plan's
+ * Costs one read per family (`iptables-save`) or one `nft list ruleset`; the plan's
  * kernel-canonical form comes from the cache after the first pod with that plan.
  */
 export async function inspectCapture(deps: SidecarCaptureDeps, options: InspectCaptureOptions): Promise<Drift[]> {
@@ -24,9 +24,7 @@ export async function inspectCapture(deps: SidecarCaptureDeps, options: InspectC
   if (options.backend.kind === 'nft') {
     const nft = 'nft';
     const prefix = options.nftTablePrefix ?? (plan === undefined ? 'istio-' : 'istio-proxy-');
-    const found = new Map<string, string>();
-    for (const table of await ownedTables(deps.runner, nft, netns, prefix))
-      found.set(table, await listTable(deps.runner, nft, netns, table));
+    const found = await readNftTables(deps.runner, nft, netns, prefix);
     if (plan === undefined) return compareNftCapture(undefined, found);
     if (plan.backend !== 'nft') throw new Error('an iptables plan cannot be compared with nftables state');
     const cache = deps.nftCanonicalCache === undefined ? {} : { canonicalCache: deps.nftCanonicalCache };

@@ -39,6 +39,8 @@ export interface SidecarCaptureManager {
    * the guard; throws `PodNetnsRefusedError` when it cannot (gone, or not a pod's).
    */
   inspect(pod: Pod | undefined, netns: string, podIps?: readonly string[]): Promise<Drift[]>;
+  /** The rule backend in use: `nft`, `iptables-nft` or `iptables-legacy` (detected once). */
+  backend(): Promise<string>;
   /** Re-programs the pod's rules, replacing whatever owned state differs (one restore per family / one nft transaction). */
   repair(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
 }
@@ -117,6 +119,7 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   return {
     apply: (pod, netns, podIps) => program(pod, netns, podIps, false),
     repair: (pod, netns, podIps) => program(pod, netns, podIps, true),
+    backend: async () => (options.nativeNftables ? 'nft' : (await iptablesBackend()).nfTables ? 'iptables-nft' : 'iptables-legacy'),
     inspect(pod, netns, podIps) {
       return inNetns(netns, async (path) => {
         const backend = options.nativeNftables

@@ -13,6 +13,7 @@ import { createAgentMetrics, createVerificationMetrics } from './agentMetrics.ts
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
 import { createNodeAgentHandler } from './nodeAgentHandler.ts';
+import type { DaemonState, DoctorPod } from '../doctor/doctorReport.ts';
 import { createPodVerifier } from './podVerifier.ts';
 import { createVerificationLoop, type VerificationLoop, type VerificationTarget, type VerifyOutcome } from './verificationLoop.ts';
 
@@ -56,6 +57,8 @@ export interface NodeAgent {
   upgradeLookup?: DaemonSetLookup;
   /** Continuous verification of the pods this agent handled. */
   verification: VerificationLoop;
+  /** What `install-cni doctor` shows of the agent: every pod (or `pod`, `ns/name`) checked now, nothing repaired. */
+  doctor(pod?: string): Promise<Pick<DaemonState, 'backend' | 'ambient' | 'pods'>>;
   /** `cleanup`: not an upgrade, so node-level ambient state (host rules, probe sets) goes too. */
   stop(cleanup: boolean): Promise<void>;
 }
@@ -126,9 +129,41 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     () => verification.start(),
     () => undefined,
   );
+  const doctor = async (only?: string): Promise<Pick<DaemonState, 'backend' | 'ambient' | 'pods'>> => {
+    const checks = await verification.inspectNow(only === undefined ? undefined : (t) => t.pod === only);
+    const last = verification.results();
+    const pods = checks.map(({ target, outcome }): DoctorPod => {
+      const previous = last.get(target.key);
+      return {
+        pod: target.pod,
+        mode: target.key.startsWith('ambient/') ? 'ambient' : (handler.attachments().get(target.key)?.mode ?? 'none'),
+        status: outcome.status,
+        ...(outcome.status === 'skipped' ? { reason: outcome.reason } : outcome.status === 'unverifiable' ? { reason: outcome.error } : {}),
+        drift: outcome.status === 'drift' ? outcome.drift.map((d) => ({ kind: d.kind, detail: d.detail })) : [],
+        lastVerification:
+          previous === undefined
+            ? null
+            : {
+                at: new Date(previous.at).toISOString(),
+                status: previous.status,
+                ...(previous.action ? { action: previous.action } : {}),
+                ...(previous.error ? { error: previous.error } : {}),
+              },
+      };
+    });
+    return {
+      backend: await capture.backend().catch((err: unknown) => `unknown (${err instanceof Error ? err.message : String(err)})`),
+      ambient: {
+        enabled: options.ambientEnabled,
+        ztunnelConnections: ambient?.ztunnelConnections() ?? (options.ambientEnabled ? 0 : null),
+      },
+      pods,
+    };
+  };
   return {
     handler: (request) => handler.handle(request),
     verification,
+    doctor,
     pods: cluster.pods,
     ready,
     notReadyReason,

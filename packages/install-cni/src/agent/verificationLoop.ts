@@ -72,6 +72,8 @@ export interface VerificationLoop {
   stop(): Promise<void>;
   /** Verifies now, outside the schedule: every target, or those `select` keeps. */
   verifyNow(select?: (t: VerificationTarget) => boolean): Promise<PodVerification[]>;
+  /** Checks now without acting: no repair, no log line, no metric, results untouched (`doctor`). */
+  inspectNow(select?: (t: VerificationTarget) => boolean): Promise<{ target: VerificationTarget; outcome: VerifyOutcome }[]>;
   /** Last verification per target key. */
   results(): ReadonlyMap<string, PodVerification>;
 }
@@ -228,6 +230,12 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
       if (select === undefined) forget(targets);
       const out: PodVerification[] = [];
       for (const t of targets) if (select === undefined || select(t)) out.push(await verifyDeduplicated(t));
+      return out;
+    },
+    async inspectNow(select) {
+      const out: { target: VerificationTarget; outcome: VerifyOutcome }[] = [];
+      for (const target of options.targets())
+        if (select === undefined || select(target)) out.push({ target, outcome: await check(target) });
       return out;
     },
     results: () => results,

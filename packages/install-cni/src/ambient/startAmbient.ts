@@ -67,6 +67,7 @@ export interface Ambient {
   isReady(): boolean;
   /** Continuous verification of ambient pods (driven by the agent's verification loop). */
   verifier: AmbientVerifier;
+  ztunnelConnections(): number;
   /** `cleanup`: remove host rules and sets (not an upgrade, upstream `ShouldStopCleanup`). Closes ZDS either way. */
   stop(cleanup: boolean): Promise<void>;
 }
@@ -246,6 +247,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       ztunnel,
       annotator: o.annotator,
     }),
+    ztunnelConnections: () => ztunnel.connectionCount(),
     ready: readyPromise,
     isReady: () => ready,
     async stop(cleanup) {
