@@ -6,9 +6,9 @@
  * the pod; Istio state in a plain pod is reported, never removed; report-only repairs nothing.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { after, before, describe, it, type TestContext } from 'node:test';
-import type { DaemonProcess } from '../support/daemonProcess.ts';
+import { DAEMON, type DaemonProcess } from '../support/daemonProcess.ts';
 import { namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture, notRootSkip, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
@@ -78,6 +78,25 @@ function driftLines(daemon: DaemonProcess, pod: string): Record<string, unknown>
       }
     })
     .filter((e) => e.msg === 'pod drifted from its plan' && e.pod === pod);
+}
+
+/** `install-cni doctor` run as an operator would (`kubectl exec ... -- install-cni doctor`), against the rig's host root. */
+function doctor(
+  rig: AgentRig,
+  args: string[],
+): { code: number | null; report: { ok: boolean; problems: string[]; daemon: Record<string, unknown> }; stdout: string } {
+  const r = spawnSync(DAEMON, ['doctor', ...args, '-o', 'json'], {
+    env: {
+      PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+      CNI_BIN_SOURCE_DIR: rig.root.binSource,
+      CNI_BIN_TARGET_DIRS: rig.root.binTarget,
+      MOUNTED_CNI_NET_DIR: rig.root.netDir,
+      CNI_AGENT_RUN_DIR: rig.root.runDir,
+    },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return { code: r.status, report: JSON.parse(r.stdout) as ReturnType<typeof doctor>['report'], stdout: r.stdout };
 }
 
 async function addPod(t: TestContext, rig: AgentRig, pod: ReturnType<typeof sidecarPod>, containerId: string) {
@@ -153,12 +172,15 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     await rig?.close();
   });
 
-  it('a removed capture jump is reported once and left as found', async (t) => {
+  it('a removed capture jump is reported once and left as found; doctor shows it (exit 1), then the daemon down (exit 2)', async (t) => {
     const pod = sidecarPod('default', 'web-report');
     rig.api.upsertPod(pod);
     const net = await addPod(t, rig, pod, 'c-web-report');
+    const healthy = doctor(rig, []);
+    assert.equal(healthy.code, 0, healthy.stdout);
+    assert.deepEqual(healthy.report.problems, []);
     inNetns(net.pod.path, xtables('iptables-nft').removeCapture);
-    const drifted = await netnsRuleset(net.pod.path);
+    const afterInjection = await netnsRuleset(net.pod.path);
     const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/web-report', 20_000);
     assert.equal(line.action, 'reported');
     assert.equal(line.reportOnly, true);
@@ -167,7 +189,7 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     while ((await metric(rig.daemon, 'istio_cni_pod_verifications_total', { result: 'drift' })) < seen + 2) {
       await new Promise((r) => setTimeout(r, 100));
     }
-    assert.equal(await netnsRuleset(net.pod.path), drifted);
+    assert.equal(await netnsRuleset(net.pod.path), afterInjection);
     assert.equal(
       await metric(rig.daemon, 'istio_cni_drift_total', { kind: 'rules_missing', action: 'reported' }),
       1,
@@ -175,5 +197,25 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     );
     assert.equal(await metric(rig.daemon, 'istio_cni_drift_total', { kind: 'rules_missing', action: 'repaired' }), 0);
     assert.equal(driftLines(rig.daemon, 'default/web-report').length, 1, 'logged once while unchanged');
+
+    const shown = doctor(rig, ['default/web-report']);
+    assert.equal(shown.code, 1, shown.stdout);
+    const pods = shown.report.daemon.pods as { pod: string; status: string; drift: { kind: string; detail: string }[] }[];
+    assert.deepEqual(
+      pods.map((p) => [p.pod, p.status, p.drift.map((d) => d.kind)]),
+      [['default/web-report', 'drift', ['rules_missing']]],
+    );
+    assert.match(pods[0]?.drift[0]?.detail ?? '', /nat OUTPUT: missing "-j ISTIO_OUTPUT"/);
+    assert.equal(await netnsRuleset(net.pod.path), afterInjection, 'doctor repaired nothing');
+
+    await rig.daemon.stop();
+    const down = doctor(rig, []);
+    assert.equal(down.code, 2, down.stdout);
+    assert.equal(down.report.daemon.reachable, false);
+    // A stopped daemon uninstalls (not an upgrade): the node checks say so without it.
+    const node = (down.report as unknown as { node: { cniConfig: { file: string | null } } }).node;
+    assert.equal(node.cniConfig.file, null, 'istio-cni no longer in the chain');
+    assert.ok(down.report.problems.some((p) => p.startsWith('daemon unreachable')));
+    assert.ok(down.report.problems.some((p) => p.includes('names istio-cni')));
   });
 });
