@@ -139,3 +139,4 @@ export {
   type NftCaptureState,
 } from './captureDrift.ts';
 export { inspectCapture, type InspectCaptureOptions } from './inspectCapture.ts';
+export { createNftGenerationReader, type NftGenerationReader } from './nftGeneration.ts';

@@ -1,9 +1,10 @@
 import type { CaptureEnvironment, Pod } from '@istio-cni/capture';
-import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps } from './applySidecarCapture.ts';
+import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps, type SidecarRulePlan } from './applySidecarCapture.ts';
 import type { IptablesState } from './iptablesState.ts';
 import type { CommandRunner } from './commandRunner.ts';
 import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
 import type { Drift } from './captureDrift.ts';
+import type { NetnsHandle } from './ambient/netnsHandle.ts';
 import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
 import { inspectCapture } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
@@ -21,6 +22,12 @@ export interface SidecarCaptureManagerOptions {
   forceIptablesBinary?: string;
   /** Distinct rule plans whose canonical form is remembered (bounded: annotations vary plans). */
   cachedPlans?: number;
+  /**
+   * Lets `inspect` skip reading a netns whose nf_tables generation has not moved since it was last
+   * found in place (iptables-nft and native nft; iptables-legacy is always read). Injected, not
+   * imported: the plugin bundles this module and carries no FFI.
+   */
+  nftGenerations?: { read(netnsFd: number): number };
 }
 
 export interface SidecarCaptureManager {
@@ -86,6 +93,15 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     });
     return backend;
   };
+  /** Netns (path + inode) → the nf_tables generation at which it last held exactly its plan. */
+  const inPlaceAt = new BoundedMap<string, { generation: number; planKey: string }>(4096);
+  const readGeneration = (handle: NetnsHandle): number | undefined => {
+    try {
+      return options.nftGenerations?.read(handle.fd);
+    } catch {
+      return undefined; // no shortcut: the netns is read
+    }
+  };
   const plan = (pod: Pod, netns: string) =>
     planSidecarCapture(pod, {
       netns,
@@ -120,17 +136,35 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     apply: (pod, netns, podIps) => program(pod, netns, podIps, false),
     repair: (pod, netns, podIps) => program(pod, netns, podIps, true),
     backend: async () => (options.nativeNftables ? 'nft' : (await iptablesBackend()).nfTables ? 'iptables-nft' : 'iptables-legacy'),
-    inspect(pod, netns, podIps) {
-      return inNetns(netns, async (path) => {
-        const backend = options.nativeNftables
-          ? ({ kind: 'nft' } as const)
-          : { kind: 'iptables' as const, iptables: await iptablesBackend() };
-        if (pod === undefined) return inspectCapture(deps, { netns: path, plan: undefined, backend });
-        const planned = plan(pod, path);
-        const dualStack = planned.dualStack === true;
-        const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
-        return inspectCapture(deps, { netns: path, plan: planned.plan({ ipv6 }), backend });
-      });
+    async inspect(pod, netns, podIps) {
+      const handle = options.netnsGuard.openCniNetns(netns);
+      try {
+        return await handle.use(async (path) => {
+          const backend = options.nativeNftables
+            ? ({ kind: 'nft' } as const)
+            : { kind: 'iptables' as const, iptables: await iptablesBackend() };
+          let rulePlan: SidecarRulePlan | undefined;
+          if (pod !== undefined) {
+            const planned = plan(pod, path);
+            const dualStack = planned.dualStack === true;
+            const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
+            rulePlan = planned.plan({ ipv6 });
+          }
+          const nftBased = backend.kind === 'nft' || backend.iptables.nfTables;
+          const key = `${netns}\0${handle.inode}`;
+          const planKey = rulePlan === undefined ? '' : JSON.stringify(rulePlan);
+          const generation = nftBased ? readGeneration(handle) : undefined;
+          const seen = inPlaceAt.get(key);
+          if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) return [];
+          const drift = await inspectCapture(deps, { netns: path, plan: rulePlan, backend });
+          // Read before the inspection: a change made during it moves the generation, so it is seen next time.
+          if (generation !== undefined && drift.length === 0) inPlaceAt.set(key, { generation, planKey });
+          else inPlaceAt.delete(key);
+          return drift;
+        });
+      } finally {
+        handle.close();
+      }
     },
     async verify(pod, netns) {
       const planned = plan(pod, netns);

@@ -1,5 +1,11 @@
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
-import { createExecCommandRunner, createPodNetnsGuard, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
+import {
+  createExecCommandRunner,
+  createNftGenerationReader,
+  createPodNetnsGuard,
+  createScratchNetnsOpener,
+  createSidecarCaptureManager,
+} from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
 import { createKubeClient, type KubeClient, loadKubeConfig, nodePath, type KubeConfigSource } from '@istio-cni/kube';
@@ -72,6 +78,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     netnsGuard: createPodNetnsGuard({ hostProcDir: options.hostProcDir }),
     nativeNftables: options.nativeNftables,
     env: captureEnvironmentFrom(options.captureEnv),
+    nftGenerations: createNftGenerationReader(),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
   });
   const ambientPolicy: { enabled: boolean; selectors: readonly EnablementSelector[]; dataplane?: MeshDataplane } = {
