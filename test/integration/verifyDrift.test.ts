@@ -219,3 +219,27 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     assert.ok(down.report.problems.some((p) => p.includes('names istio-cni')));
   });
 });
+
+describe('[restart] pods handled by an earlier run are verified by the next', { skip: notRootSkip, timeout: 120_000 }, () => {
+  let rig: AgentRig;
+  before(async () => {
+    rig = await startAgentRig({ VERIFY_INTERVAL: '1s', FORCE_IPTABLES_BINARY: 'nft' });
+    rig.api.upsertNamespace(namespaceObject('default'));
+  });
+  after(async () => {
+    await rig?.close();
+  });
+
+  it('drift in a pod added before the restart is repaired by the restarted agent', async (t) => {
+    const pod = sidecarPod('default', 'web-restart');
+    rig.api.upsertPod(pod);
+    const net = await addPod(t, rig, pod, 'c-web-restart');
+    const programmed = await netnsRuleset(net.pod.path);
+    await rig.daemon.stop();
+    await rig.restartDaemon();
+    inNetns(net.pod.path, xtables('iptables-nft').removeCapture);
+    const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/web-restart', 20_000);
+    assert.equal(line.action, 'repaired', JSON.stringify(line));
+    assert.equal(await netnsRuleset(net.pod.path), programmed);
+  });
+});

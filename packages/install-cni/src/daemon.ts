@@ -2,6 +2,7 @@ import { LOG_SOCKET, PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } fro
 import { errorMessage } from '@istio-cni/cni';
 import type { HandoffServer } from './agent/handoffServer.ts';
 import type { NodeAgent } from './agent/startNodeAgent.ts';
+import { ATTACHMENTS_FILE } from './agent/attachmentStore.ts';
 import type { DaemonState } from './doctor/doctorReport.ts';
 import { Installer, installerSettings } from './installer/installer.ts';
 import type { ThrottleOptions } from './installer/installThrottle.ts';
@@ -209,6 +210,7 @@ function startAgent(
     ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
     hostProcDir: settings.hostProcDir,
     captureEnv: process.env,
+    attachmentsFile: runDirPath(settings.cniAgentRunDir, ATTACHMENTS_FILE),
     verifyIntervalMs: settings.verifyIntervalMs,
     verifyReportOnly: settings.verifyReportOnly,
     ambient: {

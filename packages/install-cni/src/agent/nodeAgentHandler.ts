@@ -49,6 +49,10 @@ export interface NodeAgentDeps {
   /** `undefined` when ready; otherwise why not (STATUS answers 50 with it). */
   notReadyReason(): string | undefined;
   metrics?: AgentMetrics;
+  /** Attachments an earlier run handled (restored from the run dir). */
+  attachments?: Iterable<[string, VerifiableAttachment]>;
+  /** Called after the tracked attachments changed (ADD, DEL, GC). */
+  onAttachmentsChange?: () => void;
 }
 
 type Outcome = HandoffVerdict | { error: HandoffError };
@@ -80,7 +84,8 @@ export interface NodeAgentHandler {
  * checks, then the capture rules in `CNI_NETNS`.
  */
 export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
-  const attachments = new Map<string, TrackedAttachment>();
+  const attachments = new Map<string, TrackedAttachment>(deps.attachments ?? []);
+  const changed = () => deps.onAttachmentsChange?.();
   const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
 
   function remember(request: HandoffRequest, pod: Pod, mode: TrackedAttachment['mode']): void {
@@ -91,6 +96,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       netns: request.netns,
       mode,
     });
+    changed();
   }
 
   async function lookupPod(request: HandoffRequest): Promise<FoundPod> {
@@ -210,6 +216,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
         dropped++;
       }
     }
+    if (dropped > 0) changed();
     return verdict('ok', `dropped ${dropped} stale attachment(s)`);
   }
 
@@ -225,7 +232,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
             outcome = await add(request, log);
             break;
           case 'DEL':
-            attachments.delete(attachmentKey(request.containerId, request.ifName));
+            if (attachments.delete(attachmentKey(request.containerId, request.ifName))) changed();
             outcome = verdict('ok');
             break;
           case 'CHECK':

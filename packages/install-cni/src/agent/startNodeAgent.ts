@@ -15,6 +15,7 @@ import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
 import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
 import type { MeshDataplane } from '../ambient/meshDataplane.ts';
 import { startAmbient, type Ambient, type AmbientOptions } from '../ambient/startAmbient.ts';
+import { createAttachmentSaver, loadAttachments } from './attachmentStore.ts';
 import { createAgentMetrics, createVerificationMetrics } from './agentMetrics.ts';
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
@@ -44,6 +45,8 @@ export interface NodeAgentOptions {
   registry: Registry;
   /** `undefined` when the installer is ready, else why not. */
   installerNotReady(): string | undefined;
+  /** Where the tracked attachments are kept across restarts (`<run dir>/attachments.json`); none when absent. */
+  attachmentsFile?: string;
   /** VERIFY_INTERVAL in milliseconds (default 60 s; 0 = no periodic passes). */
   verifyIntervalMs?: number;
   /** VERIFY_REPORT_ONLY. */
@@ -114,7 +117,14 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     logger: options.logger,
     notReadyReason,
     metrics: createAgentMetrics(options.registry),
+    ...(options.attachmentsFile === undefined
+      ? {}
+      : { attachments: loadAttachments(options.attachmentsFile), onAttachmentsChange: () => saver?.changed() }),
   });
+  const saver =
+    options.attachmentsFile === undefined
+      ? undefined
+      : createAttachmentSaver(options.attachmentsFile, () => handler.attachments(), options.logger);
   const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy });
   const verification = createVerificationLoop({
     intervalMs: options.verifyIntervalMs ?? 60_000,
@@ -179,6 +189,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
       : {}),
     async stop(cleanup) {
       await verification.stop();
+      await saver?.flush();
       cluster.stop();
       const a = ambient ?? (await ambientStarting?.catch(() => undefined));
       await a?.stop(cleanup);
