@@ -23,7 +23,14 @@ function pod(name: string, opts: { labels?: Record<string, string>; annotation?:
 
 function harness(
   pods: Pod[],
-  opts: { enrolled?: string[]; probeSet?: ProbeSetEntry[]; ztunnelHas?: boolean | undefined; rules?: Drift[]; inspectError?: string } = {},
+  opts: {
+    enrolled?: string[];
+    probeSet?: ProbeSetEntry[];
+    ztunnelHas?: boolean | undefined;
+    rules?: Drift[];
+    inspectError?: string;
+    generation?: () => number;
+  } = {},
 ) {
   const calls: string[] = [];
   const handle = createNetnsHandle({ fd: 99, inode: 1, source: 'test', path: '/fake/netns', release: () => undefined });
@@ -59,6 +66,7 @@ function harness(
     annotator: {
       annotate: async (ns, name, key, value) => void calls.push(`annotate ${ns}/${name} ${key}=${value}`),
     },
+    ...(opts.generation === undefined ? {} : { nftGenerations: { read: opts.generation } }),
     podRules: {
       inspect: async (path) => {
         calls.push(`inspect ${path}`);
@@ -157,6 +165,18 @@ describe('ambient verifier', () => {
       assert.match(out.status === 'skipped' ? out.reason : '', reason);
       assert.deepEqual(h.calls, []);
     }
+  });
+
+  it('in-pod rules found in place are not read again until the netns nf_tables generation moves', async () => {
+    let generation = 5;
+    const h = harness([pod('web', { annotation: 'enabled' })], { generation: () => generation });
+    const inspections = () => h.calls.filter((c) => c.startsWith('inspect')).length;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 1);
+    generation = 6;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 2);
   });
 
   it('a failing inspection is unverifiable', async () => {

@@ -34,6 +34,8 @@ export interface AmbientVerifierDeps {
   annotator: PodAnnotator;
   /** In-pod rules: compared and re-applied through the pod's netns (default: the real dataplane). */
   podRules?: AmbientPodRulesAccess;
+  /** Skips reading in-pod rules while the netns's nf_tables generation has not moved (as for sidecar pods). */
+  nftGenerations?: { read(netnsFd: number): number };
   /** How long one probe-set listing serves every pod checked meanwhile (one `ipset list` per pass, not per pod). */
   probeSetListTtlMs?: number;
   now?: () => number;
@@ -62,6 +64,17 @@ const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
  */
 export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifier {
   const now = deps.now ?? Date.now;
+  /** uid + netns inode → the generation at which its in-pod rules were last found in place. */
+  const rulesInPlaceAt = new Map<string, { generation: number; planKey: string }>();
+  const nftBased = deps.backend.kind === 'nft' || deps.backend.iptables.nfTables;
+  const generationOf = (netns: NetnsHandle): number | undefined => {
+    if (!nftBased || deps.nftGenerations === undefined) return undefined;
+    try {
+      return deps.nftGenerations.read(netns.fd);
+    } catch {
+      return undefined;
+    }
+  };
   const podRules: AmbientPodRulesAccess = deps.podRules ?? {
     inspect: (path, plan) => inspectCapture(deps.rules, { netns: path, plan, backend: deps.backend, nftTablePrefix: 'istio-ambient-' }),
     repair: async (netns, overrides) => {
@@ -116,7 +129,16 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     const ips = podIps(pod);
     let drift: Drift[];
     try {
-      drift = await netns.use((path) => podRules.inspect(path, plan));
+      const key = `${uid}\0${netns.inode}`;
+      const planKey = JSON.stringify(plan);
+      const generation = generationOf(netns);
+      const seen = rulesInPlaceAt.get(key);
+      if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) drift = [];
+      else {
+        drift = await netns.use((path) => podRules.inspect(path, plan));
+        if (generation !== undefined && drift.length === 0) rulesInPlaceAt.set(key, { generation, planKey });
+        else rulesInPlaceAt.delete(key);
+      }
       // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
       const wanted = ips.map((ip) => ip.split('/')[0] ?? ip).filter((ip) => deps.config.enableIPv6 || !ip.includes(':'));
       const ofPod = async () => (await probeSetEntries()).filter((e) => e.uid === uid).map((e) => e.ip);
@@ -151,7 +173,10 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
   }
 
   return {
-    targets: () => candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) })),
+    targets: () => {
+      for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
+      return candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
+    },
     async verify(target) {
       const [namespace = '', name = ''] = target.pod.split('/');
       const pod = deps.view.getPod(namespace, name);
