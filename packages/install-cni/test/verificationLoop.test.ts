@@ -255,6 +255,12 @@ describe('pod verifier', () => {
     assert.deepEqual(calls, ['inspect web /var/run/netns/web 10.0.0.5', 'repair web /var/run/netns/web']);
   });
 
+  it('without status IPs yet, the IPs of the CNI result at ADD decide the IP family', async () => {
+    const { verify, calls } = verifier({ ...sidecar(), status: {} });
+    await verify({ ...attachment, ips: ['10.0.0.9/24'] });
+    assert.deepEqual(calls, ['inspect web /var/run/netns/web 10.0.0.9/24']);
+  });
+
   it('a pod mid-deletion, replaced, gone or whose decision changed is skipped without inspecting', async () => {
     const cases: [Pod | undefined, RegExp][] = [
       [sidecar({ deletionTimestamp: '2026-12-01T00:00:00Z' }), /being deleted/],

@@ -34,7 +34,15 @@ export function loadAttachments(path: string, exists: (netns: string) => boolean
   if (typeof parsed !== 'object' || parsed === null) return out;
   for (const [key, value] of Object.entries(parsed as Record<string, unknown>)) {
     if (isAttachment(value) && exists(value.netns)) {
-      out.set(key, { namespace: value.namespace, name: value.name, uid: value.uid, netns: value.netns, mode: value.mode });
+      const ips = Array.isArray(value.ips) ? value.ips.filter((ip): ip is string => typeof ip === 'string') : [];
+      out.set(key, {
+        namespace: value.namespace,
+        name: value.name,
+        uid: value.uid,
+        netns: value.netns,
+        mode: value.mode,
+        ...(ips.length > 0 ? { ips } : {}),
+      });
     }
   }
   return out;

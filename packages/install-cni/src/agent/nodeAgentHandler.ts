@@ -95,6 +95,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       uid: pod.metadata.uid ?? request.pod.uid,
       netns: request.netns,
       mode,
+      ...(request.ips.length > 0 ? { ips: request.ips.map((ip) => ip.address) } : {}),
     });
     changed();
   }

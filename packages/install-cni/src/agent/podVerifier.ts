@@ -15,6 +15,8 @@ export interface VerifiableAttachment {
   uid: string;
   netns: string;
   mode: AttachmentMode;
+  /** The pod's addresses from the CNI result at ADD (`ip/prefix`): the IP family without entering the netns. */
+  ips?: string[];
 }
 
 /** The capture side of verification (the agent's `SidecarCaptureManager`). */
@@ -63,7 +65,8 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
     const mode: AttachmentMode | 'fail' = decision.action === 'skip' ? 'none' : decision.action;
     if (mode !== a.mode) return { status: 'skipped', reason: `decision changed from ${a.mode} to ${mode}` };
     if (a.mode === 'ambient') return { status: 'skipped', reason: 'ambient pods are verified by the ambient agent' };
-    const ips = statusIps(pod);
+    const fromStatus = statusIps(pod);
+    const ips = fromStatus.length > 0 ? fromStatus : (a.ips ?? []);
     let drift: Drift[];
     try {
       drift = await deps.capture.inspect(a.mode === 'sidecar' ? pod : undefined, a.netns, ips);
