@@ -93,6 +93,7 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     });
     return backend;
   };
+  const renderedPlans = new WeakMap<Pod, { ipsKey: string; rulePlan: SidecarRulePlan; planKey: string }>();
   /** Netns (path + inode) → the nf_tables generation at which it last held exactly its plan. */
   const inPlaceAt = new BoundedMap<string, { generation: number; planKey: string }>(4096);
   const readGeneration = (handle: NetnsHandle): number | undefined => {
@@ -144,15 +145,24 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
             ? ({ kind: 'nft' } as const)
             : { kind: 'iptables' as const, iptables: await iptablesBackend() };
           let rulePlan: SidecarRulePlan | undefined;
+          let planKey = '';
           if (pod !== undefined) {
-            const planned = plan(pod, path);
-            const dualStack = planned.dualStack === true;
-            const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
-            rulePlan = planned.plan({ ipv6 });
+            // The plan of an unchanged pod object (the cache replaces it on every update) is rendered once.
+            const ipsKey = (podIps ?? []).join(',');
+            const memo = renderedPlans.get(pod);
+            if (memo !== undefined && memo.ipsKey === ipsKey) ({ rulePlan, planKey } = memo);
+            else {
+              const planned = plan(pod, path);
+              const dualStack = planned.dualStack === true;
+              const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
+              rulePlan = planned.plan({ ipv6 });
+              planKey = JSON.stringify(rulePlan);
+              // Only when the IP family came from the addresses: a probed netns may change (DHCPv6, late address).
+              if (ipv6EnabledFromResultIps(podIps ?? [], dualStack) !== undefined) renderedPlans.set(pod, { ipsKey, rulePlan, planKey });
+            }
           }
           const nftBased = backend.kind === 'nft' || backend.iptables.nfTables;
           const key = `${netns}\0${handle.inode}`;
-          const planKey = rulePlan === undefined ? '' : JSON.stringify(rulePlan);
           const generation = nftBased ? readGeneration(handle) : undefined;
           const seen = inPlaceAt.get(key);
           if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) return [];
