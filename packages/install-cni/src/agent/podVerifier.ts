@@ -1,6 +1,7 @@
 import { decidePod, type LocalPolicy, type Pod } from '@istio-cni/capture';
 import { errorMessage } from '@istio-cni/cni';
 import { type Drift, PodNetnsRefusedError } from '@istio-cni/dataplane';
+import { podIps } from '../ambient/meshDataplane.ts';
 import type { ClusterView } from '../kube/clusterView.ts';
 import type { AmbientEnrolment } from './nodeAgentHandler.ts';
 import type { VerifyOutcome } from './verificationLoop.ts';
@@ -32,11 +33,6 @@ export interface PodVerifierDeps {
   ambient: AmbientEnrolment;
 }
 
-function statusIps(pod: Pod): string[] {
-  const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip) => ip !== '');
-  return ips.length > 0 ? ips : pod.status?.podIP ? [pod.status.podIP] : [];
-}
-
 /** The netns file is gone: the sandbox is being torn down, which DEL handles. */
 function netnsGone(err: unknown): boolean {
   return err instanceof PodNetnsRefusedError && (err.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
@@ -65,7 +61,7 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
     const mode: AttachmentMode | 'fail' = decision.action === 'skip' ? 'none' : decision.action;
     if (mode !== a.mode) return { status: 'skipped', reason: `decision changed from ${a.mode} to ${mode}` };
     if (a.mode === 'ambient') return { status: 'skipped', reason: 'ambient pods are verified by the ambient agent' };
-    const fromStatus = statusIps(pod);
+    const fromStatus = podIps(pod);
     const ips = fromStatus.length > 0 ? fromStatus : (a.ips ?? []);
     let drift: Drift[];
     try {
