@@ -46,7 +46,8 @@ function plan(kind: 'iptables' | 'nft'): SidecarRulePlan {
   return { backend: 'iptables', documents: { ipv4: renderIptablesRestore(buildSidecarIptablesRules(defaultConfig).v4) } };
 }
 
-function freshNetns(): { path: string; remove: () => void } {
+/** A netns with lo up and an addressed veth end `eth0` (10.1.0.5/24); `remove` deletes it. */
+export function freshNetns(): { path: string; remove: () => void } {
   const name = `dpbench-${randomBytes(4).toString('hex')}`;
   execFileSync('ip', ['netns', 'add', name]);
   const remove = () => execFileSync('ip', ['netns', 'delete', name], { stdio: 'ignore' });

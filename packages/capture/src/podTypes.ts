@@ -26,6 +26,8 @@ export interface ObjectMeta {
   readonly uid?: string;
   readonly labels?: Readonly<Record<string, string>>;
   readonly annotations?: Readonly<Record<string, string>>;
+  /** Set once deletion has been requested (RFC 3339). */
+  readonly deletionTimestamp?: string;
 }
 
 export interface PodSpec {

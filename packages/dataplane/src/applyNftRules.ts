@@ -94,7 +94,8 @@ async function diffNft(deps: NftDeps, nft: string, netns: string, script: string
   return differences;
 }
 
-async function canonicalNftTables(deps: NftDeps, nft: string, script: string): Promise<Map<string, string>> {
+/** The script's tables as nft lists them back from a scratch netns (cached per script). */
+export async function canonicalNftTables(deps: NftDeps, nft: string, script: string): Promise<Map<string, string>> {
   const cached = deps.canonicalCache?.get(script);
   if (cached !== undefined) return cached;
   const listing = await withScratchNetns(deps.openScratchNetns, async (scratch) => {
@@ -107,7 +108,8 @@ async function canonicalNftTables(deps: NftDeps, nft: string, script: string): P
   return listing;
 }
 
-async function ownedTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<string[]> {
+/** `family name` of the netns's tables whose name starts with `prefix`. */
+export async function ownedTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<string[]> {
   const { stdout } = await runner.run([nft, 'list', 'tables'], { netns });
   return stdout
     .split('\n')
@@ -116,7 +118,31 @@ async function ownedTables(runner: CommandRunner, nft: string, netns: string, pr
     .map((m) => `${m[1]} ${m[2]}`);
 }
 
-async function listTable(runner: CommandRunner, nft: string, netns: string, table: string): Promise<string> {
+/**
+ * The netns's tables whose name starts with `prefix`, each as `nft -s list table` prints it, from
+ * one `nft -s list ruleset` (one exec per pod instead of one per table).
+ */
+export async function readNftTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<Map<string, string>> {
+  const { stdout } = await runner.run([nft, '-s', 'list', 'ruleset'], { netns });
+  const tables = new Map<string, string>();
+  let current: { key: string; lines: string[] } | undefined;
+  for (const line of stdout.split('\n')) {
+    const head = /^table (\S+) (\S+) \{$/.exec(line);
+    if (head !== null) {
+      current = { key: `${head[1]} ${head[2]}`, lines: [line] };
+      continue;
+    }
+    if (current === undefined) continue;
+    current.lines.push(line);
+    if (line === '}') {
+      if ((current.key.split(' ')[1] ?? '').startsWith(prefix)) tables.set(current.key, current.lines.join('\n'));
+      current = undefined;
+    }
+  }
+  return tables;
+}
+
+export async function listTable(runner: CommandRunner, nft: string, netns: string, table: string): Promise<string> {
   const [family = '', name = ''] = table.split(' ');
   const { stdout } = await runner.run([nft, '-s', 'list', 'table', family, name], { netns });
   return stdout.trim();

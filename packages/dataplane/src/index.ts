@@ -127,3 +127,16 @@ export {
   type ZdsLogger,
 } from './zds/podSnapshotSource.ts';
 export { createZtunnelServer, type RequestOptions, type ZtunnelServer, type ZtunnelServerOptions } from './zds/createZtunnelServer.ts';
+export {
+  type AmbientEnrolmentState,
+  compareAmbientEnrolment,
+  compareIptablesCapture,
+  compareNftCapture,
+  type Drift,
+  type DriftKind,
+  hasIstioIptablesState,
+  type IptablesCaptureState,
+  type NftCaptureState,
+} from './captureDrift.ts';
+export { inspectCapture, type InspectCaptureOptions } from './inspectCapture.ts';
+export { createNftGenerationReader, type NftGenerationReader } from './nftGeneration.ts';

@@ -128,10 +128,28 @@ export function resolveCniNetnsPath(netnsPath: string, hostRoot = '/'): string |
   return join(hostRoot, posix.normalize(netnsPath));
 }
 
+/** A Set that forgets its oldest entries beyond `limit`. */
+class BoundedSet extends Set<string> {
+  readonly #limit: number;
+  constructor(limit: number) {
+    super();
+    this.#limit = limit;
+  }
+  override add(value: string): this {
+    super.add(value);
+    for (const oldest of this) {
+      if (this.size <= this.#limit) break;
+      this.delete(oldest);
+    }
+    return this;
+  }
+}
+
 export function createPodNetnsGuard(options: PodNetnsGuardOptions): PodNetnsGuard {
   const nodePath = options.hostNetnsPath ?? join(options.hostProcDir, '1/ns/net');
   let own: NsIdentity | undefined;
   let node: NsIdentity | undefined;
+  const accepted = new BoundedSet(4096);
 
   function references(): NetnsReferences {
     if (own === undefined) {
@@ -172,9 +190,16 @@ export function createPodNetnsGuard(options: PodNetnsGuardOptions): PodNetnsGuar
         throw refuse(`it cannot be opened: ${message(err)}`, err);
       }
       try {
+        // A namespace file once found acceptable stays so while it exists (its type, and whether it
+        // is the node's or our own, cannot change), so a re-opened one skips the type lookup, which
+        // reads mountinfo: continuous verification opens every pod's netns once per pass.
+        const st = fstatSync(fd);
+        const id = `${st.dev}:${st.ino}`;
+        if (accepted.has(id)) return createNetnsHandle({ fd, inode: st.ino, source: path });
         const facts = factsOfFd(fd);
         const reason = podNetnsRefusal(facts, refs);
         if (reason !== undefined) throw refuse(reason);
+        accepted.add(id);
         return createNetnsHandle({ fd, inode: facts.ino, source: path });
       } catch (err) {
         closeSync(fd);

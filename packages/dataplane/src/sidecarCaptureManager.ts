@@ -1,9 +1,12 @@
 import type { CaptureEnvironment, Pod } from '@istio-cni/capture';
-import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps } from './applySidecarCapture.ts';
+import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps, type SidecarRulePlan } from './applySidecarCapture.ts';
 import type { IptablesState } from './iptablesState.ts';
 import type { CommandRunner } from './commandRunner.ts';
 import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
-import { detectPodIpv6 } from './detectPodIpv6.ts';
+import type { Drift } from './captureDrift.ts';
+import type { NetnsHandle } from './ambient/netnsHandle.ts';
+import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
+import { inspectCapture } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
@@ -19,6 +22,12 @@ export interface SidecarCaptureManagerOptions {
   forceIptablesBinary?: string;
   /** Distinct rule plans whose canonical form is remembered (bounded: annotations vary plans). */
   cachedPlans?: number;
+  /**
+   * Lets `inspect` skip reading a netns whose nf_tables generation has not moved since it was last
+   * found in place (iptables-nft and native nft; iptables-legacy is always read). Injected, not
+   * imported: the plugin bundles this module and carries no FFI.
+   */
+  nftGenerations?: { read(netnsFd: number): number };
 }
 
 export interface SidecarCaptureManager {
@@ -30,6 +39,17 @@ export interface SidecarCaptureManager {
   apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
   /** Differences between `netns` and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
+  /**
+   * Continuous verification: what differs between `netns` and the plan for `pod`, classified;
+   * `pod` undefined = a pod outside the mesh, whose netns must hold nothing of ours. `podIps`
+   * (the pod's status IPs) decide the IP family without entering the netns. Opens `netns` through
+   * the guard; throws `PodNetnsRefusedError` when it cannot (gone, or not a pod's).
+   */
+  inspect(pod: Pod | undefined, netns: string, podIps?: readonly string[]): Promise<Drift[]>;
+  /** The rule backend in use: `nft`, `iptables-nft` or `iptables-legacy` (detected once). */
+  backend(): Promise<string>;
+  /** Re-programs the pod's rules, replacing whatever owned state differs (one restore per family / one nft transaction). */
+  repair(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
 }
 
 /** A Map that forgets its oldest entries beyond `limit`. */
@@ -73,6 +93,16 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     });
     return backend;
   };
+  const renderedPlans = new WeakMap<Pod, { ipsKey: string; rulePlan: SidecarRulePlan; planKey: string }>();
+  /** Netns (path + inode) → the nf_tables generation at which it last held exactly its plan. */
+  const inPlaceAt = new BoundedMap<string, { generation: number; planKey: string }>(4096);
+  const readGeneration = (handle: NetnsHandle): number | undefined => {
+    try {
+      return options.nftGenerations?.read(handle.fd);
+    } catch {
+      return undefined; // no shortcut: the netns is read
+    }
+  };
   const plan = (pod: Pod, netns: string) =>
     planSidecarCapture(pod, {
       netns,
@@ -80,19 +110,67 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
       ...(options.env ? { env: options.env } : {}),
     });
 
+  /** Opens and checks `netns` once; everything runs through that fd. */
+  async function inNetns<T>(netns: string, fn: (path: string) => Promise<T>): Promise<T> {
+    const handle = options.netnsGuard.openCniNetns(netns);
+    try {
+      return await handle.use(fn);
+    } finally {
+      handle.close();
+    }
+  }
+
+  function program(pod: Pod, netns: string, podIps: readonly string[] | undefined, reconcile: boolean): Promise<string> {
+    return inNetns(netns, async (path) => {
+      const planned = plan(pod, path);
+      const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
+      const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, reconcile, ...(podIps ? { podIps } : {}) });
+      return typeof outcome === 'string'
+        ? outcome
+        : Object.entries(outcome)
+            .map(([family, o]) => `${family}:${o}`)
+            .join(',');
+    });
+  }
+
   return {
-    async apply(pod, netns, podIps) {
+    apply: (pod, netns, podIps) => program(pod, netns, podIps, false),
+    repair: (pod, netns, podIps) => program(pod, netns, podIps, true),
+    backend: async () => (options.nativeNftables ? 'nft' : (await iptablesBackend()).nfTables ? 'iptables-nft' : 'iptables-legacy'),
+    async inspect(pod, netns, podIps) {
       const handle = options.netnsGuard.openCniNetns(netns);
       try {
         return await handle.use(async (path) => {
-          const planned = plan(pod, path);
-          const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-          const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
-          return typeof outcome === 'string'
-            ? outcome
-            : Object.entries(outcome)
-                .map(([family, o]) => `${family}:${o}`)
-                .join(',');
+          const backend = options.nativeNftables
+            ? ({ kind: 'nft' } as const)
+            : { kind: 'iptables' as const, iptables: await iptablesBackend() };
+          let rulePlan: SidecarRulePlan | undefined;
+          let planKey = '';
+          if (pod !== undefined) {
+            // The plan of an unchanged pod object (the cache replaces it on every update) is rendered once.
+            const ipsKey = (podIps ?? []).join(',');
+            const memo = renderedPlans.get(pod);
+            if (memo !== undefined && memo.ipsKey === ipsKey) ({ rulePlan, planKey } = memo);
+            else {
+              const planned = plan(pod, path);
+              const dualStack = planned.dualStack === true;
+              const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
+              rulePlan = planned.plan({ ipv6 });
+              planKey = JSON.stringify(rulePlan);
+              // Only when the IP family came from the addresses: a probed netns may change (DHCPv6, late address).
+              if (ipv6EnabledFromResultIps(podIps ?? [], dualStack) !== undefined) renderedPlans.set(pod, { ipsKey, rulePlan, planKey });
+            }
+          }
+          const nftBased = backend.kind === 'nft' || backend.iptables.nfTables;
+          const key = `${netns}\0${handle.inode}`;
+          const generation = nftBased ? readGeneration(handle) : undefined;
+          const seen = inPlaceAt.get(key);
+          if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) return [];
+          const drift = await inspectCapture(deps, { netns: path, plan: rulePlan, backend });
+          // Read before the inspection: a change made during it moves the generation, so it is seen next time.
+          if (generation !== undefined && drift.length === 0) inPlaceAt.set(key, { generation, planKey });
+          else inPlaceAt.delete(key);
+          return drift;
         });
       } finally {
         handle.close();

@@ -462,3 +462,24 @@ test('the socket is created mode 0600 and replaces a stale one', async (t) => {
   t.after(() => again.close());
   assert.ok(statSync(r.path).isSocket());
 });
+
+test('hasPod: unknown until the snapshot is acked, then what the newest ztunnel acked (add/keep yes, ack error or del no)', async (t) => {
+  const r = await rig(t);
+  assert.equal(r.server.hasPod('pod-a'), undefined, 'no ztunnel connected');
+  addPod(r, 'pod-a', NS.a);
+  addPod(r, 'pod-b', undefined);
+  const z = await r.fake();
+  await z.waitFor(() => z.snapshots[0] === 1, 'snapshot');
+  for (let i = 0; i < 200 && r.server.hasPod('pod-a') === undefined; i++) await new Promise((res) => setTimeout(res, 5));
+  assert.equal(r.server.hasPod('pod-a'), true, 'added in the snapshot');
+  assert.equal(r.server.hasPod('pod-b'), true, 'kept in the snapshot');
+  assert.equal(r.server.hasPod('pod-c'), false);
+  z.refuse = (req) => ('add' in req ? 'netns gone' : undefined);
+  await assert.rejects(r.server.podAdded('pod-c', workload('pod-c'), r.open(NS.c)));
+  assert.equal(r.server.hasPod('pod-c'), false, 'an ack error is not an ack');
+  z.refuse = undefined;
+  await r.server.podAdded('pod-c', workload('pod-c'), r.open(NS.c));
+  assert.equal(r.server.hasPod('pod-c'), true);
+  await r.server.podDeleted('pod-a');
+  assert.equal(r.server.hasPod('pod-a'), false);
+});

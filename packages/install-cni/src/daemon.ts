@@ -2,6 +2,8 @@ import { LOG_SOCKET, PLUGIN_EVENT_SOCKET, VERSION, runDirPath, type Logger } fro
 import { errorMessage } from '@istio-cni/cni';
 import type { HandoffServer } from './agent/handoffServer.ts';
 import type { NodeAgent } from './agent/startNodeAgent.ts';
+import { ATTACHMENTS_FILE } from './agent/attachmentStore.ts';
+import type { DaemonState } from './doctor/doctorReport.ts';
 import { Installer, installerSettings } from './installer/installer.ts';
 import { removeUpgradeHandover, writeUpgradeHandover } from './installer/upgradeHandover.ts';
 import type { ThrottleOptions } from './installer/installThrottle.ts';
@@ -33,6 +35,33 @@ export interface DaemonOptions {
 }
 
 type Closer = () => Promise<unknown>;
+
+/** The daemon's part of `install-cni doctor` (docs/architecture.md, "Verification"). */
+async function daemonDoctorState(
+  settings: Settings,
+  installer: Installer,
+  installed: boolean,
+  agent: NodeAgent | undefined,
+  pod: string | undefined,
+): Promise<DaemonState> {
+  const seen = await agent?.doctor(pod);
+  const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
+  return {
+    backend:
+      seen?.backend ??
+      (settings.nativeNftables ? 'nft' : settings.forceIptablesBinary ? `iptables-${settings.forceIptablesBinary}` : 'iptables'),
+    installer: {
+      ready: installed,
+      passes: installer.passes,
+      lastPassAt: iso(installer.lastPassAt),
+      lastError: installer.lastError ?? null,
+    },
+    ambient: seen?.ambient ?? { enabled: settings.ambientEnabled, ztunnelConnections: null },
+    verification: { intervalSeconds: settings.verifyIntervalMs / 1000, reportOnly: settings.verifyReportOnly },
+    agent: agent !== undefined,
+    pods: seen?.pods ?? [],
+  };
+}
 
 /**
  * Runs the node daemon until `signal` aborts (upstream `cni/pkg/cmd/root.go` order): metrics, plugin log sink, health,
@@ -106,6 +135,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       socketPath: runDirPath(settings.cniAgentRunDir, PLUGIN_EVENT_SOCKET),
       handler: agent?.handler ?? noApiHandler({ agentNamespace: settings.podNamespace, excludeNamespaces: settings.excludeNamespaces }),
       logger,
+      doctor: (pod) => daemonDoctorState(settings, installer, readiness.install, agent, pod),
     });
     closers.push(() => handoff.close());
     // As upstream `cni/pkg/cmd/root.go`: the repair controller starts after the agent, before the installer loop.
@@ -201,6 +231,9 @@ function startAgent(
     ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
     hostProcDir: settings.hostProcDir,
     captureEnv: process.env,
+    attachmentsFile: runDirPath(settings.cniAgentRunDir, ATTACHMENTS_FILE),
+    verifyIntervalMs: settings.verifyIntervalMs,
+    verifyReportOnly: settings.verifyReportOnly,
     ambient: {
       systemNamespace: settings.systemNamespace,
       ztunnelUdsAddress: settings.ztunnelUdsAddress,

@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { VERSION } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import { checkRuntimeCommand } from './commands/checkRuntime.ts';
+import { doctorCommand } from './commands/doctor.ts';
 import { installBinariesCommand } from './commands/installBinaries.ts';
 import { istioIptablesCommand } from './commands/istioIptables.ts';
 import { runDaemon } from './daemon.ts';
@@ -34,6 +35,7 @@ registerSettingsOptions(program).action(async (opts: ParsedOptions) => {
 program.addCommand(installBinariesCommand(() => createDaemonLogger()));
 program.addCommand(istioIptablesCommand());
 program.addCommand(checkRuntimeCommand());
+program.addCommand(doctorCommand());
 
 // Exit explicitly once the command is done: long-lived handles (API watches, timers) must not
 // keep a stopped daemon alive past its shutdown.

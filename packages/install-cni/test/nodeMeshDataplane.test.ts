@@ -67,6 +67,7 @@ function setup(failures: { annotation?: number; probeSet?: number }) {
       ztunnelKnows.delete(uid);
     },
     connectionCount: () => 1,
+    hasPod: (uid) => ztunnelKnows.has(uid),
     close: async () => {},
   };
   const annotator: PodAnnotator = {

@@ -102,6 +102,20 @@ describe('settings', () => {
     assert.throws(() => resolveSettings({}, { CNI_CONF_NAME: '../x.conflist' }, host), /CNI_CONF_NAME/);
   });
 
+  it('VERIFY_INTERVAL is a Go duration (default 60s, 0 turns it off); VERIFY_REPORT_ONLY a bool flag', () => {
+    const d = resolveSettings({}, {}, host);
+    assert.equal(d.verifyIntervalMs, 60_000);
+    assert.equal(d.verifyReportOnly, false);
+    assert.equal(resolveSettings({}, { VERIFY_INTERVAL: '1m30s' }, host).verifyIntervalMs, 90_000);
+    assert.equal(resolveSettings({}, { VERIFY_INTERVAL: '500ms' }, host).verifyIntervalMs, 500);
+    assert.equal(resolveSettings({}, { VERIFY_INTERVAL: '0' }, host).verifyIntervalMs, 0);
+    assert.equal(resolveSettings(parse(['--verify-interval', '10s', '--verify-report-only']), {}, host).verifyIntervalMs, 10_000);
+    assert.equal(resolveSettings(parse(['--verify-report-only']), {}, host).verifyReportOnly, true);
+    for (const bad of ['60', '-5s', '1x', '']) {
+      assert.throws(() => resolveSettings({}, { VERIFY_INTERVAL: bad }, host), /VERIFY_INTERVAL/);
+    }
+  });
+
   it('unusable directories stop start-up naming the setting', async () => {
     await assert.rejects(
       checkInstallerPaths({

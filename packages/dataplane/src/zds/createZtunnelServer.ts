@@ -43,6 +43,11 @@ export interface ZtunnelServer {
   /** Sends `Del` to every connected ztunnel; rejects with the joined errors of those that failed. */
   podDeleted(uid: string, options?: RequestOptions): Promise<void>;
   connectionCount(): number;
+  /**
+   * Whether the newest ztunnel (the one pods are sent to) acked the pod; `undefined` while no
+   * ztunnel is connected or its snapshot is still being sent.
+   */
+  hasPod(uid: string): boolean | undefined;
   /** Stops accepting, closes every connection and waits for their handlers. */
   close(): Promise<void>;
 }
@@ -148,6 +153,7 @@ export function createZtunnelServer(options: ZtunnelServerOptions): ZtunnelServe
       );
     },
     connectionCount: () => connections.length,
+    hasPod: (uid) => connections.at(-1)?.hasPod(uid),
     async close() {
       closing = true;
       listener.close();

@@ -57,6 +57,9 @@ export class ZtunnelConnection {
   readonly #queue: Pending[] = [];
   #wake: (() => void) | undefined;
   #closed = false;
+  /** Pods ztunnel acked (add or keep without error, not deleted since); complete once the snapshot is sent. */
+  readonly #acked = new Set<string>();
+  #snapshotSent = false;
 
   constructor(options: ZtunnelConnectionOptions) {
     this.#socket = options.socket;
@@ -73,6 +76,24 @@ export class ZtunnelConnection {
 
   get closed(): boolean {
     return this.#closed;
+  }
+
+  /** Whether ztunnel acked the pod on this connection; `undefined` until the snapshot is sent. */
+  hasPod(uid: string): boolean | undefined {
+    return this.#snapshotSent ? this.#acked.has(uid) : undefined;
+  }
+
+  #track(request: WorkloadRequest, response: WorkloadResponse): void {
+    const ok = !response.ack?.error;
+    if ('add' in request || 'keep' in request) {
+      const uid = 'add' in request ? request.add.uid : request.keep.uid;
+      if (ok) this.#acked.add(uid);
+      else this.#acked.delete(uid);
+    } else if ('del' in request && ok) {
+      this.#acked.delete(request.del.uid);
+    } else if ('snapshot_sent' in request) {
+      this.#snapshotSent = true;
+    }
   }
 
   /**
@@ -253,6 +274,7 @@ export class ZtunnelConnection {
       );
     }
     if (response.ack === undefined) throw fatalError(new ZdsError('ERR_ZDS_PROTOCOL', `ztunnel response to ${what} carries no ack`));
+    this.#track(request, response);
     return response;
   }
 

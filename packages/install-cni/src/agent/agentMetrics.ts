@@ -31,3 +31,24 @@ export function createAgentMetrics(registry: Registry): AgentMetrics {
     },
   };
 }
+
+/**
+ * `istio_cni_drift_total{kind,action}`: what continuous verification found (`rules_missing`,
+ * `rules_changed`, `unexpected_rules`, `probe_set`, `ztunnel`, `annotation`, or `unverifiable`)
+ * and what it did (`repaired`, `failed`, `reported`).
+ */
+export function createVerificationMetrics(registry: Registry): { drift: Counter<'kind' | 'action'>; verified: Counter<'result'> } {
+  const verified = new Counter({
+    name: 'istio_cni_pod_verifications_total',
+    help: 'Checks of a pod against its plan by continuous verification, by first outcome (ok, drift, skipped, unverifiable).',
+    labelNames: ['result'],
+    registers: [registry],
+  });
+  const drift = new Counter({
+    name: 'istio_cni_drift_total',
+    help: 'Pods found by continuous verification to differ from their plan, by kind of drift and action taken.',
+    labelNames: ['kind', 'action'],
+    registers: [registry],
+  });
+  return { drift, verified };
+}

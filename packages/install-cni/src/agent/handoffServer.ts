@@ -2,6 +2,7 @@ import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
 import { ErrorCode, errorMessage } from '@istio-cni/cni';
+import { DOCTOR_PATH } from '../doctor/doctorReport.ts';
 import {
   HANDOFF_PATH,
   MAX_REQUEST_BYTES,
@@ -20,10 +21,14 @@ import {
 /** Decides one CNI invocation. Throwing is an internal error (code 999) for that invocation only. */
 export type HandoffHandler = (request: HandoffRequest) => Promise<HandoffVerdict | { error: HandoffError }>;
 
+/** The daemon's view for `install-cni doctor` (`DOCTOR_PATH`, same root-only socket; no secrets). */
+export type DoctorHandler = (pod: string | undefined) => Promise<unknown>;
+
 export interface HandoffServerOptions {
   socketPath: string;
   handler: HandoffHandler;
   logger: Logger;
+  doctor?: DoctorHandler;
 }
 
 export interface HandoffServer {
@@ -59,7 +64,22 @@ function fail(res: ServerResponse, status: number, code: number, msg: string): v
   send(res, status, { protocol: PROTOCOL, error: { code, msg } });
 }
 
+async function serveDoctor(req: IncomingMessage, res: ServerResponse, doctor: DoctorHandler): Promise<void> {
+  let pod: string | undefined;
+  try {
+    const body = JSON.parse((await readBody(req)) || '{}') as { pod?: unknown };
+    pod = typeof body.pod === 'string' && body.pod !== '' ? body.pod : undefined;
+  } catch (err) {
+    res.writeHead(400, { 'Content-Type': 'text/plain' }).end(`malformed doctor request: ${errorMessage(err)}`);
+    return;
+  }
+  const payload = Buffer.from(JSON.stringify(await doctor(pod)));
+  res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': payload.length });
+  res.end(payload);
+}
+
 async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffServerOptions): Promise<void> {
+  if (req.method === 'POST' && req.url === DOCTOR_PATH && opts.doctor !== undefined) return serveDoctor(req, res, opts.doctor);
   if (req.method !== 'POST' || req.url !== HANDOFF_PATH) {
     fail(res, 404, ErrorCode.InvalidEnvironment, `no handler for ${req.method} ${req.url}`);
     return;

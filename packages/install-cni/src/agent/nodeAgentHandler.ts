@@ -16,6 +16,7 @@ import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { AgentMetrics } from './agentMetrics.ts';
+import type { VerifiableAttachment } from './podVerifier.ts';
 import { NonRetryableError, RetryableError, redirectionState, type MeshDataplane } from '../ambient/meshDataplane.ts';
 
 /** `::ffff:10.0.0.5` → `10.0.0.5` (upstream unmaps IPv4-mapped addresses from the event). */
@@ -48,6 +49,10 @@ export interface NodeAgentDeps {
   /** `undefined` when ready; otherwise why not (STATUS answers 50 with it). */
   notReadyReason(): string | undefined;
   metrics?: AgentMetrics;
+  /** Attachments an earlier run handled (restored from the run dir). */
+  attachments?: Iterable<[string, VerifiableAttachment]>;
+  /** Called after the tracked attachments changed (ADD, DEL, GC). */
+  onAttachmentsChange?: () => void;
 }
 
 type Outcome = HandoffVerdict | { error: HandoffError };
@@ -64,18 +69,12 @@ function verdict(v: HandoffVerdict['verdict'], reason?: string): Outcome {
   return reason ? { protocol: PROTOCOL, verdict: v, reason } : { protocol: PROTOCOL, verdict: v };
 }
 
-/** What the agent remembers per attachment (for CHECK and GC): the key is `containerId/ifName`. */
-interface TrackedAttachment {
-  namespace: string;
-  name: string;
-  uid: string;
-  netns: string;
-  mode: 'sidecar' | 'ambient';
-}
+/** What the agent remembers per attachment (for CHECK, GC and verification): the key is `containerId/ifName`. */
+type TrackedAttachment = VerifiableAttachment;
 
 export interface NodeAgentHandler {
   handle(request: HandoffRequest): Promise<Outcome>;
-  /** Attachments currently tracked (exported for testing purposes only). */
+  /** Attachments currently tracked (what verification checks). */
   attachments(): ReadonlyMap<string, Readonly<TrackedAttachment>>;
 }
 
@@ -85,7 +84,8 @@ export interface NodeAgentHandler {
  * checks, then the capture rules in `CNI_NETNS`.
  */
 export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
-  const attachments = new Map<string, TrackedAttachment>();
+  const attachments = new Map<string, TrackedAttachment>(deps.attachments ?? []);
+  const changed = () => deps.onAttachmentsChange?.();
   const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
 
   function remember(request: HandoffRequest, pod: Pod, mode: TrackedAttachment['mode']): void {
@@ -95,7 +95,9 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       uid: pod.metadata.uid ?? request.pod.uid,
       netns: request.netns,
       mode,
+      ...(request.ips.length > 0 ? { ips: request.ips.map((ip) => ip.address) } : {}),
     });
+    changed();
   }
 
   async function lookupPod(request: HandoffRequest): Promise<FoundPod> {
@@ -119,9 +121,12 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     const input = decisionInput(request);
     const local = decidePod(input);
     if (local.action === 'skip') return verdict('skipped', local.reason);
-    const decision = decidePod({ ...input, found: await lookupPod(request) });
+    const found = await lookupPod(request);
+    const decision = decidePod({ ...input, found });
     switch (decision.action) {
       case 'skip':
+        // Remembered so that verification can tell if Istio rules or annotations appear later.
+        if (found.pod !== undefined) remember(request, found.pod, 'none');
         return verdict('skipped', decision.reason);
       case 'fail':
         return failure(decision);
@@ -212,6 +217,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
         dropped++;
       }
     }
+    if (dropped > 0) changed();
     return verdict('ok', `dropped ${dropped} stale attachment(s)`);
   }
 
@@ -227,7 +233,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
             outcome = await add(request, log);
             break;
           case 'DEL':
-            attachments.delete(attachmentKey(request.containerId, request.ifName));
+            if (attachments.delete(attachmentKey(request.containerId, request.ifName))) changed();
             outcome = verdict('ok');
             break;
           case 'CHECK':

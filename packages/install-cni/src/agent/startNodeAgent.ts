@@ -1,5 +1,11 @@
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
-import { createExecCommandRunner, createPodNetnsGuard, createScratchNetnsOpener, createSidecarCaptureManager } from '@istio-cni/dataplane';
+import {
+  createExecCommandRunner,
+  createNftGenerationReader,
+  createPodNetnsGuard,
+  createScratchNetnsOpener,
+  createSidecarCaptureManager,
+} from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
 import { createKubeClient, type KubeClient, loadKubeConfig, nodePath, type KubeConfigSource } from '@istio-cni/kube';
@@ -9,10 +15,14 @@ import { createPodAnnotator } from '../kube/podStatusAnnotator.ts';
 import type { DaemonSetLookup } from '../installer/upgradeSafety.ts';
 import type { MeshDataplane } from '../ambient/meshDataplane.ts';
 import { startAmbient, type Ambient, type AmbientOptions } from '../ambient/startAmbient.ts';
-import { createAgentMetrics } from './agentMetrics.ts';
+import { createAttachmentSaver, loadAttachments } from './attachmentStore.ts';
+import { createAgentMetrics, createVerificationMetrics } from './agentMetrics.ts';
 import { createConcurrencyLimiter } from './concurrencyLimiter.ts';
 import type { HandoffHandler } from './handoffServer.ts';
 import { createNodeAgentHandler } from './nodeAgentHandler.ts';
+import type { DaemonState, DoctorPod } from '../doctor/doctorReport.ts';
+import { createPodVerifier } from './podVerifier.ts';
+import { createVerificationLoop, type VerificationLoop, type VerificationTarget, type VerifyOutcome } from './verificationLoop.ts';
 
 export interface NodeAgentOptions {
   kube: KubeConfigSource;
@@ -35,6 +45,12 @@ export interface NodeAgentOptions {
   registry: Registry;
   /** `undefined` when the installer is ready, else why not. */
   installerNotReady(): string | undefined;
+  /** Where the tracked attachments are kept across restarts (`<run dir>/attachments.json`); none when absent. */
+  attachmentsFile?: string;
+  /** VERIFY_INTERVAL in milliseconds (default 60 s; 0 = no periodic passes). */
+  verifyIntervalMs?: number;
+  /** VERIFY_REPORT_ONLY. */
+  verifyReportOnly?: boolean;
   /** Ambient settings; required when `ambientEnabled`. */
   ambient?: Omit<AmbientOptions, 'view' | 'synced' | 'annotator' | 'policy' | 'logger' | 'registry'> & { systemNamespace: string };
 }
@@ -48,6 +64,10 @@ export interface NodeAgent {
   pods: PodWatch;
   /** The DaemonSet lookup for the upgrade-safe shutdown (sidecar and ambient). */
   upgradeLookup: DaemonSetLookup;
+  /** Continuous verification of the pods this agent handled. */
+  verification: VerificationLoop;
+  /** What `install-cni doctor` shows of the agent: every pod (or `pod`, `ns/name`) checked now, nothing repaired. */
+  doctor(pod?: string): Promise<Pick<DaemonState, 'backend' | 'ambient' | 'pods'>>;
   /** `cleanup`: not an upgrade, so node-level ambient state (host rules, probe sets) goes too. */
   stop(cleanup: boolean): Promise<void>;
 }
@@ -61,6 +81,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     netnsGuard: createPodNetnsGuard({ hostProcDir: options.hostProcDir }),
     nativeNftables: options.nativeNftables,
     env: captureEnvironmentFrom(options.captureEnv),
+    nftGenerations: createNftGenerationReader(),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
   });
   const ambientPolicy: { enabled: boolean; selectors: readonly EnablementSelector[]; dataplane?: MeshDataplane } = {
@@ -85,24 +106,88 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
       : options.ambientEnabled && !ambient?.isReady()
         ? 'ambient node agent still starting'
         : undefined);
+  const policy = { agentNamespace: options.podNamespace, excludeNamespaces: options.excludeNamespaces };
   const handler = createNodeAgentHandler({
     view: cluster.view,
     reader: cluster.reader,
     capture,
-    policy: { agentNamespace: options.podNamespace, excludeNamespaces: options.excludeNamespaces },
+    policy,
     ambient: ambientPolicy,
     limiter: createConcurrencyLimiter(options.concurrency ?? 4, options.maxQueued ?? 1000),
     logger: options.logger,
     notReadyReason,
     metrics: createAgentMetrics(options.registry),
+    ...(options.attachmentsFile === undefined
+      ? {}
+      : { attachments: loadAttachments(options.attachmentsFile), onAttachmentsChange: () => saver?.changed() }),
   });
+  const saver =
+    options.attachmentsFile === undefined
+      ? undefined
+      : createAttachmentSaver(options.attachmentsFile, () => handler.attachments(), options.logger);
+  const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy });
+  const verification = createVerificationLoop({
+    intervalMs: options.verifyIntervalMs ?? 60_000,
+    reportOnly: options.verifyReportOnly === true,
+    // Ambient pods are checked by the ambient verifier (whether enrolled by ADD or by the informers).
+    targets: (): VerificationTarget[] => [
+      ...[...handler.attachments()].filter(([, a]) => a.mode !== 'ambient').map(([key, a]) => ({ key, pod: `${a.namespace}/${a.name}` })),
+      ...(ambient?.isReady() ? ambient.verifier.targets() : []),
+    ],
+    verify: (t): Promise<VerifyOutcome> => {
+      if (ambient !== undefined && t.key.startsWith('ambient/')) return ambient.verifier.verify(t);
+      const a = handler.attachments().get(t.key);
+      return a === undefined ? Promise.resolve({ status: 'skipped', reason: 'attachment deleted' }) : verifyPod(a);
+    },
+    logger: options.logger.with({ component: 'verify' }),
+    ...createVerificationMetrics(options.registry),
+  });
+  ready.then(
+    () => verification.start(),
+    () => undefined,
+  );
+  const doctor = async (only?: string): Promise<Pick<DaemonState, 'backend' | 'ambient' | 'pods'>> => {
+    const checks = await verification.inspectNow(only === undefined ? undefined : (t) => t.pod === only);
+    const last = verification.results();
+    const pods = checks.map(({ target, outcome }): DoctorPod => {
+      const previous = last.get(target.key);
+      return {
+        pod: target.pod,
+        mode: target.key.startsWith('ambient/') ? 'ambient' : (handler.attachments().get(target.key)?.mode ?? 'none'),
+        status: outcome.status,
+        ...(outcome.status === 'skipped' ? { reason: outcome.reason } : outcome.status === 'unverifiable' ? { reason: outcome.error } : {}),
+        drift: outcome.status === 'drift' ? outcome.drift.map((d) => ({ kind: d.kind, detail: d.detail })) : [],
+        lastVerification:
+          previous === undefined
+            ? null
+            : {
+                at: new Date(previous.at).toISOString(),
+                status: previous.status,
+                ...(previous.action ? { action: previous.action } : {}),
+                ...(previous.error ? { error: previous.error } : {}),
+              },
+      };
+    });
+    return {
+      backend: await capture.backend().catch((err: unknown) => `unknown (${err instanceof Error ? err.message : String(err)})`),
+      ambient: {
+        enabled: options.ambientEnabled,
+        ztunnelConnections: ambient?.ztunnelConnections() ?? (options.ambientEnabled ? 0 : null),
+      },
+      pods,
+    };
+  };
   return {
     handler: (request) => handler.handle(request),
+    verification,
+    doctor,
     pods: cluster.pods,
     ready,
     notReadyReason,
     upgradeLookup: createDaemonSetLookup(kube, options.podNamespace, () => nodeLabels(kube, options.nodeName)),
     async stop(cleanup) {
+      await verification.stop();
+      await saver?.flush();
       cluster.stop();
       const a = ambient ?? (await ambientStarting?.catch(() => undefined));
       await a?.stop(cleanup);

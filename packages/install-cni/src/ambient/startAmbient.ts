@@ -6,6 +6,7 @@ import {
   createExecCommandRunner,
   createIpsetProbeSets,
   createNetnsOwnershipCheck,
+  createNftGenerationReader,
   createNftProbeSets,
   createPodNetnsCache,
   createPodNetnsGuard,
@@ -31,6 +32,7 @@ import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
 import { createAmbientReconciler, isZtunnelPod, type AmbientPolicy, type AmbientReconciler } from './ambientReconciler.ts';
 import { isTerminal, podIps, redirectionState, type MeshDataplane } from './meshDataplane.ts';
 import { createNodeMeshDataplane, workloadOf } from './nodeMeshDataplane.ts';
+import { createAmbientVerifier, type AmbientVerifier } from './ambientVerifier.ts';
 
 export interface AmbientOptions {
   view: ClusterView;
@@ -64,6 +66,9 @@ export interface Ambient {
   /** Resolves when the start-up reconciliation is done and ztunnel may connect (upstream `server.go` `Start`). */
   ready: Promise<void>;
   isReady(): boolean;
+  /** Continuous verification of ambient pods (driven by the agent's verification loop). */
+  verifier: AmbientVerifier;
+  ztunnelConnections(): number;
   /** `cleanup`: remove host rules and sets (not an upgrade, upstream `ShouldStopCleanup`). Closes ZDS either way. */
   stop(cleanup: boolean): Promise<void>;
 }
@@ -232,6 +237,19 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
 
   return {
     dataplane,
+    verifier: createAmbientVerifier({
+      view: o.view,
+      policy: o.policy,
+      cache,
+      rules,
+      backend,
+      config,
+      sets,
+      ztunnel,
+      annotator: o.annotator,
+      nftGenerations: createNftGenerationReader(),
+    }),
+    ztunnelConnections: () => ztunnel.connectionCount(),
     ready: readyPromise,
     isReady: () => ready,
     async stop(cleanup) {

@@ -86,6 +86,9 @@ export class Installer {
   /** Stats of the most recent pass. */
   lastPass: WriteStats = newWriteStats();
   passes = 0;
+  /** When the last pass finished (ms since the epoch), and why the last pass failed if it did (`doctor`). */
+  lastPassAt: number | undefined;
+  lastError: string | undefined;
 
   constructor(o: InstallerOptions) {
     this.#s = o.settings;
@@ -153,6 +156,19 @@ export class Installer {
 
   /** One install pass: binaries and kubeconfig, then the CNI config only when it is not valid. */
   async installAll(signal?: AbortSignal): Promise<WriteStats> {
+    try {
+      const stats = await this.#installAll(signal);
+      this.lastError = undefined;
+      return stats;
+    } catch (err) {
+      this.lastError = errorMessage(err);
+      throw err;
+    } finally {
+      this.lastPassAt = Date.now();
+    }
+  }
+
+  async #installAll(signal?: AbortSignal): Promise<WriteStats> {
     const prepared = this.#prepared;
     this.#prepared = undefined;
     const stats = prepared?.stats ?? newWriteStats();

@@ -44,6 +44,24 @@ export function parseFileMode(setting: string, value: string): number {
   return n;
 }
 
+const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A Go duration (`60s`, `1m30s`, `500ms`, `0`) in milliseconds; negative values are refused. */
+export function parseDurationMs(setting: string, value: string): number {
+  const v = value.trim();
+  if (v === '0') return 0;
+  const part = /(\d+(?:\.\d+)?)(ms|s|m|h)/gy;
+  let total = 0;
+  let end = 0;
+  for (let m = part.exec(v); m !== null; m = part.exec(v)) {
+    total += Number(m[1]) * (durationUnits[m[2] as string] ?? 0);
+    end = part.lastIndex;
+  }
+  if (v === '' || end !== v.length)
+    throw new SettingsError(`invalid ${setting} ${JSON.stringify(value)}: want a duration such as 60s or 1m30s`);
+  return Math.round(total);
+}
+
 /** Comma-separated list; entries trimmed, empty ones dropped. */
 export function parseList(value: string): string[] {
   return value

@@ -59,6 +59,15 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   // Node readiness taint (beyond upstream; off by default).
   spec('NODE_TAINT_ENABLED', 'bool', 'false', true, 'remove NODE_TAINT_KEY (NoSchedule) from this node once the daemon is ready'),
   spec('NODE_TAINT_KEY', 'string', 'cni.istio.io/not-ready', true, 'key of the NoSchedule readiness taint to remove'),
+  // Continuous verification (beyond upstream; docs/architecture.md, "Verification").
+  spec(
+    'VERIFY_INTERVAL',
+    'string',
+    '60s',
+    true,
+    'every managed pod is checked against its plan once per interval, spread over it (0 = off)',
+  ),
+  spec('VERIFY_REPORT_ONLY', 'bool', 'false', true, 'log and count drift found by verification without repairing it'),
   // Env-only (viper keys without flags).
   spec('REPAIR_REPAIR_PODS', 'bool', 'false', false, 'repair pods in place'),
   spec('EXCLUDE_NAMESPACES', 'list', '', false, 'namespaces the plugin skips'),

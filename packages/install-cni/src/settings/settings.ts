@@ -4,6 +4,7 @@ import { SETTING_SPECS, attributeName, flagName, type SettingSpec } from './sett
 import {
   SettingsError,
   parseBool,
+  parseDurationMs,
   parseEnablementSelectors,
   parseFileMode,
   parseInteger,
@@ -62,6 +63,9 @@ export interface Settings {
   enableAmbientDetectionRetry: boolean;
   repair: RepairSettings;
   nodeTaint: NodeTaintSettings;
+  /** VERIFY_INTERVAL in milliseconds; 0 = no periodic verification. */
+  verifyIntervalMs: number;
+  verifyReportOnly: boolean;
   excludeNamespaces: string[];
   podNamespace: string;
   ambientEnablementSelector: string;
@@ -192,6 +196,8 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
       fieldSelectors: str('REPAIR_FIELD_SELECTORS'),
     },
     nodeTaint: { enabled: bool('NODE_TAINT_ENABLED'), key: str('NODE_TAINT_KEY') },
+    verifyIntervalMs: guard(60_000, () => parseDurationMs('VERIFY_INTERVAL', raw('VERIFY_INTERVAL'))),
+    verifyReportOnly: bool('VERIFY_REPORT_ONLY'),
     excludeNamespaces: list('EXCLUDE_NAMESPACES'),
     podNamespace: str('POD_NAMESPACE'),
     ambientEnablementSelector: str('AMBIENT_ENABLEMENT_SELECTOR'),

@@ -1,0 +1,118 @@
+import { openSync } from 'node:fs';
+import { loadKoffi } from './seqpacket/loadKoffi.ts';
+
+/**
+ * The nf_tables generation of a network namespace (`NFT_MSG_GETGEN`): a counter the kernel bumps
+ * on every committed nftables transaction in that netns, including those iptables-nft makes. Two
+ * equal readings mean no table, chain, rule or set changed in between, so a pod whose rules were
+ * verified at generation g needs no `iptables-save` / `nft list` while it stays at g. Read over a
+ * NETFILTER netlink socket created inside the pod netns: this thread enters it with setns(2) just
+ * for the socket() call and returns at once (no JavaScript runs in between). Linux only.
+ */
+export interface NftGenerationReader {
+  /** The generation of the netns open at `netnsFd`. Throws when it cannot be read. */
+  read(netnsFd: number): number;
+}
+
+const CLONE_NEWNET = 0x40000000;
+const AF_NETLINK = 16;
+const SOCK_RAW = 3;
+const SOCK_CLOEXEC = 0o2000000;
+const NETLINK_NETFILTER = 12;
+const NFNL_SUBSYS_NFTABLES = 10;
+const NFT_MSG_GETGEN = 16;
+const NFT_MSG_NEWGEN = 15;
+const NLMSG_ERROR = 2;
+const NLM_F_REQUEST = 1;
+const NFTA_GEN_ID = 1;
+const MSG_DONTWAIT = 0x40;
+
+/** The GETGEN request: nlmsghdr (16 bytes) + nfgenmsg (4 bytes, AF_UNSPEC, NFNETLINK_V0). */
+export function getGenRequest(seq: number): Buffer {
+  const b = Buffer.alloc(20);
+  b.writeUInt32LE(20, 0);
+  b.writeUInt16LE((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, 4);
+  b.writeUInt16LE(NLM_F_REQUEST, 6);
+  b.writeUInt32LE(seq >>> 0, 8);
+  return b;
+}
+
+/** The generation from a NEWGEN reply; throws on an error reply or a reply without NFTA_GEN_ID. */
+export function parseGenReply(reply: Buffer): number {
+  if (reply.length < 16) throw new Error(`short netlink reply (${reply.length} bytes)`);
+  const len = reply.readUInt32LE(0);
+  const type = reply.readUInt16LE(4);
+  if (type === NLMSG_ERROR) throw new Error(`netlink error ${-reply.readInt32LE(16)}`);
+  if (type !== ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN)) throw new Error(`unexpected netlink message type ${type}`);
+  // Attributes follow the 16-byte header and the 4-byte nfgenmsg, each padded to 4 bytes.
+  for (let at = 20; at + 4 <= Math.min(len, reply.length); ) {
+    const attrLen = reply.readUInt16LE(at);
+    const attrType = reply.readUInt16LE(at + 2) & 0x3fff;
+    if (attrLen < 4) break;
+    if (attrType === NFTA_GEN_ID && attrLen >= 8) return reply.readUInt32BE(at + 4);
+    at += (attrLen + 3) & ~3;
+  }
+  throw new Error('netlink reply carries no generation');
+}
+
+interface GenLibc {
+  setns(fd: number, nstype: number): number;
+  socket(domain: number, type: number, protocol: number): number;
+  send(fd: number, buf: Buffer, len: number, flags: number): number;
+  recv(fd: number, buf: Buffer, len: number, flags: number): number;
+  close(fd: number): number;
+  errno(): number;
+}
+
+function bindLibc(): GenLibc {
+  const koffi = loadKoffi();
+  const lib = koffi.load('libc.so.6');
+  const f = (decl: string) => lib.func(decl) as (...args: unknown[]) => number;
+  const setns = f('int setns(int fd, int nstype)');
+  const socket = f('int socket(int domain, int type, int protocol)');
+  const send = f('long send(int fd, const void *buf, size_t len, int flags)');
+  const recv = f('long recv(int fd, _Out_ void *buf, size_t len, int flags)');
+  const close = f('int close(int fd)');
+  return {
+    setns: (fd, t) => setns(fd, t),
+    socket: (d, t, p) => socket(d, t, p),
+    send: (fd, b, l, fl) => Number(send(fd, b, l, fl)),
+    recv: (fd, b, l, fl) => Number(recv(fd, b, l, fl)),
+    close: (fd) => close(fd),
+    errno: () => koffi.errno(),
+  };
+}
+
+export function createNftGenerationReader(): NftGenerationReader {
+  let libc: GenLibc | undefined;
+  let ownNetns: number | undefined;
+  let seq = 1;
+  return {
+    read(netnsFd) {
+      libc ??= bindLibc();
+      ownNetns ??= openSync('/proc/thread-self/ns/net', 'r');
+      if (libc.setns(netnsFd, CLONE_NEWNET) !== 0) throw new Error(`setns into the pod netns failed (errno ${libc.errno()})`);
+      let sock: number;
+      try {
+        sock = libc.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+      } finally {
+        if (libc.setns(ownNetns, CLONE_NEWNET) !== 0) {
+          // Every later socket of this thread would land in the pod's netns: nothing can continue.
+          process.stderr.write(`fatal: could not return to the agent's network namespace (errno ${libc.errno()})\n`);
+          process.exit(70);
+        }
+      }
+      if (sock < 0) throw new Error(`netlink socket failed (errno ${libc.errno()})`);
+      try {
+        const request = getGenRequest(seq++);
+        if (libc.send(sock, request, request.length, 0) !== request.length) throw new Error(`netlink send failed (errno ${libc.errno()})`);
+        const reply = Buffer.alloc(512);
+        const n = libc.recv(sock, reply, reply.length, MSG_DONTWAIT);
+        if (n < 0) throw new Error(`netlink recv failed (errno ${libc.errno()})`);
+        return parseGenReply(reply.subarray(0, n));
+      } finally {
+        libc.close(sock);
+      }
+    },
+  };
+}

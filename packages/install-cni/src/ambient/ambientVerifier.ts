@@ -1,0 +1,189 @@
+import { ambientPodOverrides, type AmbientConfig, type AmbientPodOverrides, type Pod } from '@istio-cni/capture';
+import { errorMessage } from '@istio-cni/cni';
+import {
+  applyAmbientPodRules,
+  compareAmbientEnrolment,
+  type AmbientPodRulePlan,
+  type AmbientRuleBackend,
+  type AmbientRulesDeps,
+  type Drift,
+  inspectCapture,
+  type NetnsHandle,
+  type PodNetnsCache,
+  type ProbeSetEntry,
+  planAmbientPodRules,
+  type ProbeSetManager,
+  type ZtunnelServer,
+} from '@istio-cni/dataplane';
+import type { ClusterView } from '../kube/clusterView.ts';
+import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
+import type { VerificationTarget, VerifyOutcome } from '../agent/verificationLoop.ts';
+import { isZtunnelPod, shouldBeEnrolled, type AmbientPolicy } from './ambientReconciler.ts';
+import { isTerminal, podIps, REDIRECTION_ANNOTATION, redirectionState } from './meshDataplane.ts';
+import { workloadOf } from './nodeMeshDataplane.ts';
+
+export interface AmbientVerifierDeps {
+  view: Pick<ClusterView, 'getPod' | 'getNamespace' | 'listPods'>;
+  policy: AmbientPolicy;
+  cache: Pick<PodNetnsCache, 'get' | 'has'>;
+  rules: AmbientRulesDeps;
+  backend: AmbientRuleBackend;
+  config: AmbientConfig;
+  sets: Pick<ProbeSetManager, 'list' | 'addPod'>;
+  ztunnel: Pick<ZtunnelServer, 'hasPod' | 'podAdded'>;
+  annotator: PodAnnotator;
+  /** In-pod rules: compared and re-applied through the pod's netns (default: the real dataplane). */
+  podRules?: AmbientPodRulesAccess;
+  /** Skips reading in-pod rules while the netns's nf_tables generation has not moved (as for sidecar pods). */
+  nftGenerations?: { read(netnsFd: number): number };
+  /** How long one probe-set listing serves every pod checked meanwhile (one `ipset list` per pass, not per pod). */
+  probeSetListTtlMs?: number;
+  now?: () => number;
+}
+
+export interface AmbientPodRulesAccess {
+  inspect(netnsPath: string, plan: AmbientPodRulePlan): Promise<Drift[]>;
+  repair(netns: NetnsHandle, overrides: AmbientPodOverrides): Promise<void>;
+}
+
+export interface AmbientVerifier {
+  /** Ambient pods to check: those this agent enrolled, and any other carrying the redirection annotation. */
+  targets(): VerificationTarget[];
+  verify(target: VerificationTarget): Promise<VerifyOutcome>;
+}
+
+const keyPrefix = 'ambient/';
+const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
+
+/**
+ * Continuous verification of ambient enrolment: in-pod rules (through the netns the agent holds
+ * open), probe-set membership, the connected ztunnel's ack and the annotation; and no annotation on
+ * a pod outside the mesh. Repairs each piece as `addPodToMesh` would (rules reconciled, the pod
+ * re-sent to ztunnel, its IPs re-added, the annotation re-written) or removes a stale annotation.
+ * A pod whose selection changed is left to the informers (`ambientReconciler.ts`).
+ */
+export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifier {
+  const now = deps.now ?? Date.now;
+  /** uid + netns inode → the generation at which its in-pod rules were last found in place. */
+  const rulesInPlaceAt = new Map<string, { generation: number; planKey: string }>();
+  const nftBased = deps.backend.kind === 'nft' || deps.backend.iptables.nfTables;
+  const generationOf = (netns: NetnsHandle): number | undefined => {
+    if (!nftBased || deps.nftGenerations === undefined) return undefined;
+    try {
+      return deps.nftGenerations.read(netns.fd);
+    } catch {
+      return undefined;
+    }
+  };
+  const podRules: AmbientPodRulesAccess = deps.podRules ?? {
+    inspect: (path, plan) => inspectCapture(deps.rules, { netns: path, plan, backend: deps.backend, nftTablePrefix: 'istio-ambient-' }),
+    repair: async (netns, overrides) => {
+      await applyAmbientPodRules(deps.rules, { netns, config: deps.config, backend: deps.backend, overrides, reconcile: true });
+    },
+  };
+  let listing: { at: number; entries: Promise<ProbeSetEntry[]> } | undefined;
+  const probeSetEntries = (): Promise<ProbeSetEntry[]> => {
+    if (listing === undefined || now() - listing.at > (deps.probeSetListTtlMs ?? 5_000)) {
+      const entries = deps.sets.list();
+      listing = { at: now(), entries };
+      entries.catch(() => {
+        listing = undefined;
+      });
+    }
+    return listing.entries;
+  };
+
+  function candidates(): Pod[] {
+    return deps.view
+      .listPods()
+      .filter(
+        (p) => !isZtunnelPod(p, deps.policy.systemNamespace) && (deps.cache.has(p.metadata.uid ?? '') || redirectionState(p) !== undefined),
+      );
+  }
+
+  async function verifyPod(pod: Pod): Promise<VerifyOutcome> {
+    const uid = pod.metadata.uid ?? '';
+    if (pod.metadata.deletionTimestamp) return { status: 'skipped', reason: 'pod is being deleted' };
+    if (isTerminal(pod)) return { status: 'skipped', reason: 'pod has terminated' };
+    const should = shouldBeEnrolled(pod, deps.view.getNamespace(pod.metadata.namespace ?? ''), deps.policy);
+    const enrolledHere = deps.cache.has(uid);
+    const annotation = pod.metadata.annotations?.[REDIRECTION_ANNOTATION];
+    if (!should) {
+      // Still enrolled here: the informers are removing it. Otherwise the annotation outlived enrolment.
+      if (enrolledHere) return { status: 'skipped', reason: 'no longer selected for ambient; the informers remove it' };
+      const drift = compareAmbientEnrolment(false, { probeSetIps: [], annotation, ztunnelHasPod: undefined }, []);
+      if (drift.length === 0) return { status: 'ok' };
+      return {
+        status: 'drift',
+        drift,
+        confirm: false,
+        repair: () => deps.annotator.annotate(pod.metadata.namespace ?? '', pod.metadata.name ?? '', REDIRECTION_ANNOTATION, null),
+      };
+    }
+    if (!enrolledHere) return { status: 'skipped', reason: 'selected for ambient but not enrolled yet; the informers enrol it' };
+    const netns = deps.cache.get(uid);
+    if (netns === undefined || netns.closed) return { status: 'unverifiable', error: 'network namespace of the pod unknown' };
+
+    const { overrides } = ambientPodOverrides(pod);
+    const plan = planAmbientPodRules(deps.config, deps.backend, overrides);
+    const ips = podIps(pod);
+    let drift: Drift[];
+    try {
+      const key = `${uid}\0${netns.inode}`;
+      const planKey = JSON.stringify(plan);
+      const generation = generationOf(netns);
+      const seen = rulesInPlaceAt.get(key);
+      if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) drift = [];
+      else {
+        drift = await netns.use((path) => podRules.inspect(path, plan));
+        if (generation !== undefined && drift.length === 0) rulesInPlaceAt.set(key, { generation, planKey });
+        else rulesInPlaceAt.delete(key);
+      }
+      // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
+      const wanted = ips.map((ip) => ip.split('/')[0] ?? ip).filter((ip) => deps.config.enableIPv6 || !ip.includes(':'));
+      const ofPod = async () => (await probeSetEntries()).filter((e) => e.uid === uid).map((e) => e.ip);
+      let inSet = await ofPod();
+      if (wanted.some((ip) => !inSet.includes(ip))) {
+        // The shared listing may predate this pod's enrolment: only a fresh one can say it is missing.
+        listing = undefined;
+        inSet = await ofPod();
+      }
+      drift.push(...compareAmbientEnrolment(true, { probeSetIps: inSet, annotation, ztunnelHasPod: deps.ztunnel.hasPod(uid) }, wanted));
+    } catch (err) {
+      return { status: 'unverifiable', error: errorMessage(err) };
+    }
+    if (drift.length === 0) return { status: 'ok' };
+    const kinds = new Set(drift.map((d) => d.kind));
+    return {
+      status: 'drift',
+      drift,
+      confirm: !kinds.has('annotation'),
+      repair: async () => {
+        if (kinds.has('rules_missing') || kinds.has('rules_changed')) await podRules.repair(netns, overrides);
+        if (kinds.has('ztunnel')) await netns.use(() => deps.ztunnel.podAdded(uid, workloadOf(pod), netns.fd));
+        if (kinds.has('probe_set')) {
+          await deps.sets.addPod(uid, ips);
+          listing = undefined;
+        }
+        if (kinds.has('annotation')) {
+          await deps.annotator.annotate(pod.metadata.namespace ?? '', pod.metadata.name ?? '', REDIRECTION_ANNOTATION, 'enabled');
+        }
+      },
+    };
+  }
+
+  return {
+    targets: () => {
+      for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
+      return candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
+    },
+    async verify(target) {
+      const [namespace = '', name = ''] = target.pod.split('/');
+      const pod = deps.view.getPod(namespace, name);
+      if (pod === undefined || `${keyPrefix}${pod.metadata.uid ?? podName(pod)}` !== target.key) {
+        return { status: 'skipped', reason: 'pod no longer in the cache' };
+      }
+      return verifyPod(pod);
+    },
+  };
+}

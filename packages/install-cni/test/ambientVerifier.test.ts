@@ -1,0 +1,186 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ambientConfigFromOptions, type Pod } from '@istio-cni/capture';
+import { createNetnsHandle, type Drift, type ProbeSetEntry } from '@istio-cni/dataplane';
+import { createAmbientVerifier } from '../src/ambient/ambientVerifier.ts';
+
+const ambientLabels = { 'istio.io/dataplane-mode': 'ambient' };
+
+function pod(name: string, opts: { labels?: Record<string, string>; annotation?: string; deleting?: boolean } = {}): Pod {
+  return {
+    metadata: {
+      name,
+      namespace: 'default',
+      uid: `uid-${name}`,
+      labels: opts.labels ?? ambientLabels,
+      annotations: opts.annotation === undefined ? {} : { 'ambient.istio.io/redirection': opts.annotation },
+      ...(opts.deleting ? { deletionTimestamp: '2026-12-01T00:00:00Z' } : {}),
+    },
+    spec: { containers: [{ name: 'app' }] },
+    status: { phase: 'Running', podIP: '10.0.0.5', podIPs: [{ ip: '10.0.0.5' }] },
+  };
+}
+
+function harness(
+  pods: Pod[],
+  opts: {
+    enrolled?: string[];
+    probeSet?: ProbeSetEntry[];
+    ztunnelHas?: boolean | undefined;
+    rules?: Drift[];
+    inspectError?: string;
+    generation?: () => number;
+  } = {},
+) {
+  const calls: string[] = [];
+  const handle = createNetnsHandle({ fd: 99, inode: 1, source: 'test', path: '/fake/netns', release: () => undefined });
+  const enrolled = new Set(opts.enrolled ?? pods.map((p) => p.metadata.uid ?? ''));
+  const verifier = createAmbientVerifier({
+    view: {
+      getPod: (ns, name) => pods.find((p) => p.metadata.namespace === ns && p.metadata.name === name),
+      getNamespace: () => undefined,
+      listPods: () => pods,
+    },
+    policy: { selectors: [{ podSelector: { matchLabels: ambientLabels } }], excludeNamespaces: [], systemNamespace: 'istio-system' },
+    cache: { has: (uid) => enrolled.has(uid), get: (uid) => (enrolled.has(uid) ? handle : undefined) },
+    rules: {
+      runner: { run: async () => ({ stdout: '', stderr: '' }) },
+      openScratchNetns: async () => ({ path: '', close: async () => {} }),
+    },
+    backend: { kind: 'nft' },
+    config: ambientConfigFromOptions({}),
+    sets: {
+      list: async () => {
+        calls.push('list');
+        return opts.probeSet ?? [{ family: 4, ip: '10.0.0.5', uid: 'uid-web' }];
+      },
+      addPod: async (uid, ips) => {
+        calls.push(`probe add ${uid} ${ips.join(',')}`);
+        return [...ips];
+      },
+    },
+    ztunnel: {
+      hasPod: () => ('ztunnelHas' in opts ? opts.ztunnelHas : true),
+      podAdded: async (uid, _w, fd) => void calls.push(`ztunnel add ${uid} fd ${fd}`),
+    },
+    annotator: {
+      annotate: async (ns, name, key, value) => void calls.push(`annotate ${ns}/${name} ${key}=${value}`),
+    },
+    ...(opts.generation === undefined ? {} : { nftGenerations: { read: opts.generation } }),
+    podRules: {
+      inspect: async (path) => {
+        calls.push(`inspect ${path}`);
+        if (opts.inspectError !== undefined) throw new Error(opts.inspectError);
+        return opts.rules ?? [];
+      },
+      repair: async (netns) => void calls.push(`rules reconcile ${netns.path}`),
+    },
+  });
+  return { verifier, calls };
+}
+
+async function verifyOnly(h: ReturnType<typeof harness>) {
+  const targets = h.verifier.targets();
+  assert.equal(targets.length, 1);
+  return h.verifier.verify(targets[0] as (typeof targets)[number]);
+}
+
+describe('ambient verifier', () => {
+  it('an enrolled pod with rules, probe set, ztunnel ack and annotation in place is ok', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })]);
+    assert.deepEqual(h.verifier.targets(), [{ key: 'ambient/uid-web', pod: 'default/web' }]);
+    assert.deepEqual(await verifyOnly(h), { status: 'ok' });
+    assert.deepEqual(h.calls, ['inspect /fake/netns', 'list']);
+  });
+
+  it('lists the probe set once for several pods checked in a row', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' }), pod('api', { annotation: 'enabled' })], {
+      probeSet: [
+        { family: 4, ip: '10.0.0.5', uid: 'uid-web' },
+        { family: 4, ip: '10.0.0.5', uid: 'uid-api' },
+      ],
+    });
+    for (const t of h.verifier.targets()) assert.equal((await h.verifier.verify(t)).status, 'ok');
+    assert.equal(h.calls.filter((c) => c === 'list').length, 1);
+  });
+
+  it('each drift kind is repaired as addPodToMesh would, in its order', async () => {
+    const h = harness([pod('web', { annotation: 'pending' })], {
+      probeSet: [],
+      ztunnelHas: false,
+      rules: [{ kind: 'rules_missing', detail: 'table inet istio-ambient-nat missing' }],
+    });
+    const out = await verifyOnly(h);
+    assert.equal(out.status, 'drift');
+    assert.ok(out.status === 'drift' && out.repair);
+    assert.deepEqual(
+      out.drift.map((d) => d.kind),
+      ['rules_missing', 'probe_set', 'ztunnel', 'annotation'],
+    );
+    assert.equal(out.confirm, false, 'an annotation write is seen only once the watch delivers it');
+    h.calls.length = 0;
+    await out.repair();
+    assert.deepEqual(h.calls, [
+      'rules reconcile /fake/netns',
+      'ztunnel add uid-web fd 99',
+      'probe add uid-web 10.0.0.5',
+      'annotate default/web ambient.istio.io/redirection=enabled',
+    ]);
+  });
+
+  it('a pod missing from a shared listing is looked up in a fresh one before it counts as drift', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })], { probeSet: [] });
+    const out = await verifyOnly(h);
+    assert.equal(out.status, 'drift');
+    assert.equal(h.calls.filter((c) => c === 'list').length, 2);
+  });
+
+  it('no ztunnel connected is not drift', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })], { ztunnelHas: undefined });
+    assert.deepEqual(await verifyOnly(h), { status: 'ok' });
+  });
+
+  it('an annotation on a pod outside the mesh is removed', async () => {
+    const h = harness([pod('web', { labels: {}, annotation: 'enabled' })], { enrolled: [] });
+    const out = await verifyOnly(h);
+    assert.ok(out.status === 'drift' && out.repair);
+    assert.deepEqual(
+      out.drift.map((d) => d.kind),
+      ['annotation'],
+    );
+    await out.repair();
+    assert.deepEqual(h.calls, ['annotate default/web ambient.istio.io/redirection=null']);
+  });
+
+  it('legitimate changes are skipped: deletion, deselection in progress, enrolment in progress', async () => {
+    const cases: [Pod, string[], RegExp][] = [
+      [pod('web', { annotation: 'enabled', deleting: true }), ['uid-web'], /being deleted/],
+      [pod('web', { labels: {}, annotation: 'enabled' }), ['uid-web'], /informers remove it/],
+      [pod('web', { annotation: 'pending' }), [], /informers enrol it/],
+    ];
+    for (const [p, enrolled, reason] of cases) {
+      const h = harness([p], { enrolled });
+      const out = await verifyOnly(h);
+      assert.equal(out.status, 'skipped');
+      assert.match(out.status === 'skipped' ? out.reason : '', reason);
+      assert.deepEqual(h.calls, []);
+    }
+  });
+
+  it('in-pod rules found in place are not read again until the netns nf_tables generation moves', async () => {
+    let generation = 5;
+    const h = harness([pod('web', { annotation: 'enabled' })], { generation: () => generation });
+    const inspections = () => h.calls.filter((c) => c.startsWith('inspect')).length;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 1);
+    generation = 6;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 2);
+  });
+
+  it('a failing inspection is unverifiable', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })], { inspectError: 'nft: permission denied' });
+    assert.deepEqual(await verifyOnly(h), { status: 'unverifiable', error: 'nft: permission denied' });
+  });
+});

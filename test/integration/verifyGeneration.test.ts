@@ -1,0 +1,105 @@
+/**
+ * The nf_tables generation shortcut of continuous verification (root, real kernel): the reader
+ * sees every nftables commit in a pod netns (iptables-nft or nft) and no read, leaves this thread
+ * in its own netns, and `SidecarCaptureManager.inspect` skips only a netns whose generation has not
+ * moved since it was last found in place.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { closeSync, openSync, readlinkSync } from 'node:fs';
+import { test } from 'node:test';
+import type { Pod } from '@istio-cni/capture';
+import {
+  type CommandRunner,
+  createExecCommandRunner,
+  createNftGenerationReader,
+  createPodNetnsGuard,
+  createScratchNetnsOpener,
+  createSidecarCaptureManager,
+} from '@istio-cni/dataplane';
+import { kernelSkip } from '../support/hostTools.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
+
+const inNetns = (path: string, argv: string[]) => execFileSync('nsenter', [`--net=${path}`, '--', ...argv], { stdio: 'pipe' });
+
+test('the generation moves with every nftables commit (iptables-nft and nft), not with reads', { skip: kernelSkip }, (t) => {
+  const net = createPodNetworkFixture(t);
+  const own = readlinkSync('/proc/thread-self/ns/net');
+  const reader = createNftGenerationReader();
+  const fd = openSync(net.pod.path, 'r');
+  t.after(() => closeSync(fd));
+  const g0 = reader.read(fd);
+  inNetns(net.pod.path, ['iptables-nft-save']);
+  inNetns(net.pod.path, ['nft', 'list', 'ruleset']);
+  assert.equal(reader.read(fd), g0, 'reads commit nothing');
+  inNetns(net.pod.path, ['iptables-nft', '-t', 'nat', '-N', 'ISTIO_GEN']);
+  const g1 = reader.read(fd);
+  assert.notEqual(g1, g0);
+  inNetns(net.pod.path, ['nft', 'add', 'table', 'inet', 'gen-test']);
+  assert.notEqual(reader.read(fd), g1);
+  assert.equal(readlinkSync('/proc/thread-self/ns/net'), own, 'back in our own netns');
+});
+
+const pod: Pod = {
+  metadata: {
+    name: 'gen',
+    namespace: 'default',
+    uid: 'uid-gen',
+    annotations: { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' },
+  },
+  spec: { containers: [{ name: 'app' }, { name: 'istio-proxy', args: ['proxy', 'sidecar'] }] },
+};
+
+/** Counts the commands run, so a skipped inspection shows as none. */
+function countingRunner(): CommandRunner & { runs: string[] } {
+  const real = createExecCommandRunner();
+  const runs: string[] = [];
+  return {
+    runs,
+    run: (argv, options) => {
+      runs.push(argv.join(' '));
+      return real.run(argv, options);
+    },
+  };
+}
+
+for (const backend of [
+  {
+    name: 'iptables-nft',
+    nativeNftables: false,
+    forceIptablesBinary: 'nft',
+    change: ['iptables-nft', '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT'],
+  },
+  { name: 'nft', nativeNftables: true, change: ['nft', 'delete', 'table', 'inet', 'istio-proxy-nat'] },
+]) {
+  test(`[${backend.name}] inspect reads a netns again only once its generation moved`, {
+    skip: kernelSkip,
+    timeout: 60_000,
+  }, async (t) => {
+    const net = createPodNetworkFixture(t);
+    const runner = countingRunner();
+    const manager = createSidecarCaptureManager({
+      runner,
+      openScratchNetns: createScratchNetnsOpener(),
+      netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
+      nativeNftables: backend.nativeNftables,
+      nftGenerations: createNftGenerationReader(),
+      ...(backend.forceIptablesBinary ? { forceIptablesBinary: backend.forceIptablesBinary } : {}),
+    });
+    const ips = [`${net.pod.ipv4}`];
+    await manager.apply(pod, net.pod.path, [`${net.pod.ipv4}/24`]);
+    assert.deepEqual(await manager.inspect(pod, net.pod.path, ips), [], 'in place, read once');
+    const before = runner.runs.length;
+    assert.deepEqual(await manager.inspect(pod, net.pod.path, ips), []);
+    assert.equal(runner.runs.length, before, 'unchanged generation: nothing run');
+    inNetns(net.pod.path, backend.change);
+    const drift = await manager.inspect(pod, net.pod.path, ips);
+    assert.equal(drift[0]?.kind, 'rules_missing', 'the change is seen');
+    assert.ok(runner.runs.length > before);
+    await manager.repair(pod, net.pod.path, ips);
+    assert.deepEqual(await manager.inspect(pod, net.pod.path, ips), []);
+    const afterRepair = runner.runs.length;
+    assert.deepEqual(await manager.inspect(pod, net.pod.path, ips), []);
+    assert.equal(runner.runs.length, afterRepair, 'in place again: skipped again');
+  });
+}
