@@ -2,7 +2,7 @@ import type { CaptureEnvironment, Pod } from '@istio-cni/capture';
 import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps } from './applySidecarCapture.ts';
 import type { IptablesState } from './iptablesState.ts';
 import type { CommandRunner } from './commandRunner.ts';
-import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
+import { decideIptablesBackend, type IptablesBackend, type IptablesBackendDecision } from './detectIptablesBackend.ts';
 import { detectPodIpv6 } from './detectPodIpv6.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
@@ -19,6 +19,8 @@ export interface SidecarCaptureManagerOptions {
   forceIptablesBinary?: string;
   /** Distinct rule plans whose canonical form is remembered (bounded: annotations vary plans). */
   cachedPlans?: number;
+  /** Told once which iptables backend was chosen and why (what was found where). */
+  onBackendDecision?: (decision: IptablesBackendDecision) => void;
 }
 
 export interface SidecarCaptureManager {
@@ -53,7 +55,8 @@ class BoundedMap<K, V> extends Map<K, V> {
 /**
  * Sidecar capture for a long-running process (the agent) or a one-shot one (the plugin's
  * degraded mode). The iptables binaries are detected once, in the caller's network namespace
- * (upstream ambient does the same), and reused for every pod.
+ * (upstream ambient does the same), and reused for every pod whose rules do not already live in
+ * the other backend (`choosePodIptablesBackend`).
  */
 export function createSidecarCaptureManager(options: SidecarCaptureManagerOptions): SidecarCaptureManager {
   const limit = options.cachedPlans ?? 64;
@@ -65,12 +68,17 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   };
   let backend: Promise<IptablesBackend> | undefined;
   const iptablesBackend = (): Promise<IptablesBackend> => {
-    backend ??= detectIptablesBackend(options.runner, {
+    backend ??= decideIptablesBackend(options.runner, {
       ...(options.forceIptablesBinary ? { forceBinary: options.forceIptablesBinary } : {}),
-    }).catch((err: unknown) => {
-      backend = undefined; // a failed probe is retried on the next pod
-      throw err;
-    });
+    })
+      .then((decision) => {
+        options.onBackendDecision?.(decision);
+        return decision.backend;
+      })
+      .catch((err: unknown) => {
+        backend = undefined; // a failed probe is retried on the next pod
+        throw err;
+      });
     return backend;
   };
   const plan = (pod: Pod, netns: string) =>

@@ -62,6 +62,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     nativeNftables: options.nativeNftables,
     env: captureEnvironmentFrom(options.captureEnv),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
+    onBackendDecision: (d) => options.logger.info('sidecar capture iptables backend', { backend: d.backend.flavor, reason: d.reason }),
   });
   const ambientPolicy: { enabled: boolean; selectors: readonly EnablementSelector[]; dataplane?: MeshDataplane } = {
     enabled: options.ambientEnabled,

@@ -14,7 +14,10 @@ import {
   createScratchNetnsOpener,
   createZtunnelServer,
   deleteAmbientHostRules,
-  detectIptablesBackend,
+  decideIptablesBackend,
+  removeIstioIptablesState,
+  type IptablesBackend,
+  type CommandRunner,
   findKubeletUid,
   syncProbeSets,
   type AmbientPod,
@@ -89,6 +92,33 @@ function withRetries<T>(what: string, attempts: number, delayMs: number, log: Lo
 }
 
 /**
+ * The node's iptables backend, decided once in the host netns and logged with what was found where.
+ * ISTIO_* state of another agent (e.g. upstream's ISTIO_POSTRT) in the other backend is removed,
+ * so the host rules are never stacked on top of it.
+ */
+async function decideNodeIptables(
+  runner: CommandRunner,
+  hostNetns: string | undefined,
+  force: string | undefined,
+  log: Logger,
+): Promise<IptablesBackend> {
+  const decision = await decideIptablesBackend(runner, {
+    ...(force ? { forceBinary: force } : {}),
+    ...(hostNetns ? { netns: hostNetns } : {}),
+  });
+  log.info('iptables backend', { backend: decision.backend.flavor, reason: decision.reason });
+  for (const leftover of decision.leftovers) {
+    try {
+      await removeIstioIptablesState(runner, leftover, hostNetns ?? '/proc/self/ns/net');
+      log.warn(`removed the ISTIO_* host rules another agent left in iptables-${leftover.flavor}`);
+    } catch (err) {
+      log.error(`failed to remove the ISTIO_* host rules another agent left in iptables-${leftover.flavor}`, { error: errorMessage(err) });
+    }
+  }
+  return decision.backend;
+}
+
+/**
  * The ambient node agent (upstream `cni/pkg/nodeagent`): host rules and probe sets, the ZDS server, the enrolment
  * dataplane, informer reconciliation and the start-up snapshot. Constructed before the plugin is
  * installed; `ready` gates readiness.
@@ -104,13 +134,10 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     ...(o.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: o.hostProbeSnatIpv6 } : {}),
   });
   const hostNetns = o.switchToHostNetns ? (o.hostNetnsPath ?? `${o.hostProcDir}/1/ns/net`) : undefined;
+  const rules: AmbientRulesDeps = { runner, openScratchNetns: createScratchNetnsOpener() };
   const backend: AmbientRuleBackend = o.nativeNftables
     ? { kind: 'nft' }
-    : {
-        kind: 'iptables',
-        iptables: await detectIptablesBackend(runner, o.forceIptablesBinary ? { forceBinary: o.forceIptablesBinary } : {}),
-      };
-  const rules: AmbientRulesDeps = { runner, openScratchNetns: createScratchNetnsOpener() };
+    : { kind: 'iptables', iptables: await decideNodeIptables(runner, hostNetns, o.forceIptablesBinary, log) };
   const procFs = createProcFs(o.hostProcDir);
   const sets = o.nativeNftables
     ? createNftProbeSets({ runner, config, ...(hostNetns ? { netns: hostNetns } : {}) })
