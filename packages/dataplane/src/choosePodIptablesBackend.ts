@@ -15,7 +15,7 @@ export interface PodIptablesBackend {
  * One netns's rules live in one backend. When the node's backend holds none of this netns's
  * ISTIO_* state but another one (`node.adoptable`) does, that one is adopted: reconciling writes
  * there, never a second copy next to it. When both hold some, the node's copy stays and the
- * others are reported as duplicates. Costs one `*-save` per adoptable backend.
+ * others are reported as duplicates. Costs one `iptables-*-save` per adoptable backend.
  */
 export async function choosePodIptablesBackend(runner: CommandRunner, node: IptablesBackend, netns: string): Promise<PodIptablesBackend> {
   const others = node.adoptable ?? [];
@@ -28,12 +28,10 @@ export async function choosePodIptablesBackend(runner: CommandRunner, node: Ipta
   return { backend: first, duplicates: rest };
 }
 
+/** IPv4 only: both capture modes always write IPv4 rules (IPv6 ones only next to them). */
 async function holdsIstioState(runner: CommandRunner, backend: IptablesBackend, netns: string): Promise<boolean> {
-  for (const family of ['ipv4', 'ipv6'] as const) {
-    const stdout = await save(runner, backend, family, netns);
-    if (stdout !== undefined && classifyIptablesSave(stdout).istio.length > 0) return true;
-  }
-  return false;
+  const stdout = await save(runner, backend, 'ipv4', netns);
+  return stdout !== undefined && classifyIptablesSave(stdout).istio.length > 0;
 }
 
 /**

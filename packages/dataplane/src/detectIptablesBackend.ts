@@ -135,8 +135,8 @@ export async function detectIptablesBackend(runner: CommandRunner, options: Dete
  *   otherwise it is reported as a leftover for the caller to remove.
  * - the usability probe adds its rule inside a scratch netns (`unshare --net`), so probing never
  *   leaves a legacy `nat` table behind on the host.
- * The chosen backend carries the other binary set as `adoptable`, so that a pod whose rules
- * already live there is reconciled in place ({@link choosePodIptablesBackend}).
+ * Unless forced, the chosen backend carries the other binary set as `adoptable`, so that a pod
+ * whose rules already live there is reconciled in place (`choosePodIptablesBackend`).
  */
 export async function decideIptablesBackend(
   runner: CommandRunner,
@@ -150,8 +150,12 @@ export async function decideIptablesBackend(
         `invalid FORCE_IPTABLES_BINARY ${JSON.stringify(forced)}: must be "legacy" or "nft"`,
       );
     }
-    const backend = await probe(runner, forced, options);
-    return finish(runner, backend, `FORCE_IPTABLES_BINARY=${forced}`, { legacy: undefined, nft: undefined });
+    // An explicit choice is obeyed for every pod, as upstream does: no adoption, no leftovers.
+    return {
+      backend: await probe(runner, forced, options),
+      reason: `chose iptables-${forced}: FORCE_IPTABLES_BINARY=${forced}`,
+      leftovers: [],
+    };
   }
   const found = { legacy: await contentsOf(runner, 'legacy', options), nft: await contentsOf(runner, 'nft', options) };
   const where = `legacy: ${describe(found.legacy)}; nft: ${describe(found.nft)}`;

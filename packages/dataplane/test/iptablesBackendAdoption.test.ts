@@ -188,3 +188,17 @@ test('deleting an ambient pod removes its rules where they live, whichever backe
   assert.ok(writesTo(runner.calls, 'iptables-nft').length > 0);
   assert.deepEqual(writesTo(runner.calls, 'iptables-legacy'), []);
 });
+
+test('FORCE_IPTABLES_BINARY is obeyed for every pod: nothing is adopted, nothing examined', async () => {
+  const runner = node({ 'host|legacy': upstreamHostLeftovers, 'host|nft': nftNodeRules });
+  const decision = await decideIptablesBackend(runner, { forceBinary: 'legacy' });
+  assert.equal(decision.backend.flavor, 'legacy');
+  assert.equal(decision.backend.adoptable, undefined);
+  assert.deepEqual(decision.leftovers, []);
+  assert.equal(decision.reason, 'chose iptables-legacy: FORCE_IPTABLES_BINARY=legacy');
+  assert.deepEqual(
+    runner.calls.filter((c) => c.argv.length === 1).map((c) => c.argv[0]),
+    [],
+    'no table was read',
+  );
+});
