@@ -25,6 +25,11 @@ export interface ApplyIptablesRulesOptions {
   documents: IptablesDocuments;
   /** Replace differing or foreign ISTIO_* state instead of failing (never from the plugin). */
   reconcile?: boolean;
+  /**
+   * The netns was created for this CNI ADD, so no agent can have written to it yet: the other
+   * backend is not examined (saves an exec per pod; see `choosePodIptablesBackend`).
+   */
+  freshNetns?: boolean;
 }
 
 export type ApplyOutcome = 'applied' | 'unchanged' | 'reconciled';
@@ -46,6 +51,7 @@ const families: readonly IptablesFamily[] = ['ipv4', 'ipv6'];
  * before any is written, so a conflict changes nothing.
  */
 export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
+  if (options.freshNetns === true) return applyInBackend(deps, options);
   const chosen = await choosePodIptablesBackend(deps.runner, options.backend, options.netns);
   for (const duplicate of chosen.duplicates) await removeIstioIptablesState(deps.runner, duplicate, options.netns);
   const result = await applyInBackend(deps, { ...options, backend: chosen.backend });

@@ -28,8 +28,9 @@ export interface SidecarCaptureManager {
    * Programs the pod's capture rules in `netns`; returns the apply outcome. `podIps` (from the CNI
    * result) decide the IP family without entering the netns. `netns` is opened once and checked
    * (`PodNetnsRefusedError` for the node's netns and the like); the commands run through that fd.
+   * `freshNetns`: the netns was created for this CNI ADD (not a repair of a running pod).
    */
-  apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
+  apply(pod: Pod, netns: string, podIps?: readonly string[], freshNetns?: boolean): Promise<string>;
   /** Differences between `netns` and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
 }
@@ -89,13 +90,18 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     });
 
   return {
-    async apply(pod, netns, podIps) {
+    async apply(pod, netns, podIps, freshNetns) {
       const handle = options.netnsGuard.openCniNetns(netns);
       try {
         return await handle.use(async (path) => {
           const planned = plan(pod, path);
           const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-          const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, ...(podIps ? { podIps } : {}) });
+          const { outcome } = await applySidecarCapture(deps, {
+            ...planned,
+            ...extra,
+            ...(podIps ? { podIps } : {}),
+            ...(freshNetns === true ? { freshNetns } : {}),
+          });
           return typeof outcome === 'string'
             ? outcome
             : Object.entries(outcome)

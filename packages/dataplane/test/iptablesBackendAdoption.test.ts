@@ -202,3 +202,15 @@ test('FORCE_IPTABLES_BINARY is obeyed for every pod: nothing is adopted, nothing
     'no table was read',
   );
 });
+
+test('a netns made for this CNI ADD is not examined in the other backend (one exec saved per pod)', async () => {
+  const runner = node({});
+  await applyIptablesRules(
+    { runner, openScratchNetns: scratch },
+    { netns: pod, backend: { ...legacy, adoptable: [nft] }, documents: { ipv4: planned }, freshNetns: true },
+  );
+  assert.deepEqual(
+    runner.calls.map((c) => c.argv[0]),
+    ['iptables-legacy-restore'],
+  );
+});

@@ -88,7 +88,8 @@ export interface AmbientPodRulesResult {
  */
 export async function applyAmbientPodRules(
   deps: AmbientRulesDeps,
-  options: AmbientPodRulesOptions & { reconcile?: boolean },
+  /** `freshNetns`: created for this CNI ADD (see `applyIptablesRules`); not for a running pod. */
+  options: AmbientPodRulesOptions & { reconcile?: boolean; freshNetns?: boolean },
 ): Promise<AmbientPodRulesResult> {
   return withNetnsPath(options.netns, async (netns) => {
     const routes = await podRoutes(deps, netns, options.config);
@@ -110,6 +111,7 @@ export async function applyAmbientPodRules(
       backend,
       documents: plan.documents,
       reconcile,
+      ...(options.freshNetns === true ? { freshNetns: true } : {}),
     });
     return { outcome, ...(adopted ? { adopted } : {}), ...(removedDuplicates ? { removedDuplicates } : {}) };
   });

@@ -117,6 +117,8 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
           backend: deps.backend,
           overrides,
           reconcile: deps.config.reconcile,
+          // From the CNI ADD (a netns made for it); a running pod's may hold another agent's rules.
+          freshNetns: netnsPath !== undefined,
         });
         if (applied.adopted) log.info(`in-pod rules found in iptables-${applied.adopted}: reconciled there, not copied`);
         if (applied.removedDuplicates) log.warn('removed a second copy of the in-pod rules', { backends: applied.removedDuplicates });
