@@ -35,6 +35,7 @@ function main(): void {
       Env: ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/cni/bin'],
       WorkingDir: '/opt/cni/bin',
     },
+    createdBy: 'scripts/image/buildUpstream.ts',
   });
 }
 

@@ -22,6 +22,8 @@ export interface OciArchiveOptions {
   /** name:tag, recorded for containerd (`io.containerd.image.name`) and OCI (`ref.name`, the tag). */
   ref: string;
   config: OciImageConfig;
+  /** The image history's `created_by` (default `scripts/image/build.ts`). */
+  createdBy?: string;
 }
 
 export interface OciArchive {
@@ -60,7 +62,7 @@ export function writeOciArchive(options: OciArchiveOptions): OciArchive {
           created: '1970-01-01T00:00:00Z',
           config: options.config,
           rootfs: { type: 'layers', diff_ids: [diffId] },
-          history: [{ created: '1970-01-01T00:00:00Z', created_by: 'scripts/image/build.ts' }],
+          history: [{ created: '1970-01-01T00:00:00Z', created_by: options.createdBy ?? 'scripts/image/build.ts' }],
         }),
       ),
     );

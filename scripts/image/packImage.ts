@@ -16,6 +16,7 @@ export interface PackImageOptions {
   ref: string;
   output: string;
   config: OciArchiveOptions['config'];
+  createdBy?: string;
 }
 
 /** The Debian tree cut down to the tools the agent runs (`imageContents.ts`), plus `executables`, as an OCI archive. */
@@ -30,7 +31,13 @@ export function packImage(o: PackImageOptions): void {
   populateRootfs(debianRootfsDir(o.root), rootfsDir, o.executables, { alsoLoads: o.alsoLoads });
   deterministicTar(rootfsDir, layerTar);
   const staging = `${o.output}.tmp`;
-  const image = writeOciArchive({ layerTar, out: staging, ref: o.ref, config: o.config });
+  const image = writeOciArchive({
+    layerTar,
+    out: staging,
+    ref: o.ref,
+    config: o.config,
+    ...(o.createdBy ? { createdBy: o.createdBy } : {}),
+  });
   renameSync(staging, o.output);
   const mib = (n: number) => `${(n / 1048576).toFixed(1)} MiB`;
   console.log(
