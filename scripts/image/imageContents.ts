@@ -22,7 +22,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join, posix } from 'node:path';
-import { elfInterpreter } from './elfInterpreter.ts';
+import { elfLinking } from './elfLinking.ts';
 
 export const DEBIAN_SUITE = 'bookworm';
 /** The machine's own mirror list (deb.debian.org), main and security updates. */
@@ -116,10 +116,10 @@ function findExecutable(root: string, name: string): string {
 
 /**
  * The libraries an ELF file needs, as paths the Debian tree's own loader resolves (`ld.so --list`,
- * chrooted); none for a static executable (no PT_INTERP), which the loader cannot list.
+ * chrooted); none for a file without DT_NEEDED (a static executable), which the loader cannot list.
  */
 export function neededLibraries(root: string, rel: string): string[] {
-  if (elfInterpreter(join(root, rel)) === undefined) return [];
+  if (elfLinking(join(root, rel)).needed === 0) return [];
   const out = execFileSync('chroot', [root, `/${LOADER}`, '--list', `/${rel}`], { encoding: 'utf8' });
   const libs: string[] = [];
   for (const line of out.split('\n')) {
