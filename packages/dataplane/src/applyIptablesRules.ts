@@ -53,7 +53,15 @@ const families: readonly IptablesFamily[] = ['ipv4', 'ipv6'];
 export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
   if (options.freshNetns === true) return applyInBackend(deps, options);
   const chosen = await choosePodIptablesBackend(deps.runner, options.backend, options.netns);
-  for (const duplicate of chosen.duplicates) await removeIstioIptablesState(deps.runner, duplicate, options.netns);
+  for (const duplicate of chosen.duplicates) {
+    const planned: Partial<Record<IptablesFamily, IptablesState>> = {};
+    for (const family of families) {
+      const document = options.documents[family];
+      if (document !== undefined && document.trim() !== '')
+        planned[family] = await canonicalIptablesState(deps, duplicate, family, document);
+    }
+    await removeIstioIptablesState(deps.runner, duplicate, options.netns, planned);
+  }
   const result = await applyInBackend(deps, { ...options, backend: chosen.backend });
   if (chosen.backend !== options.backend) result.adopted = chosen.backend.flavor;
   if (chosen.duplicates.length > 0) result.removedDuplicates = flavorsOf(chosen.duplicates);

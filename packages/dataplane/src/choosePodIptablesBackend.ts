@@ -2,7 +2,7 @@ import { buildIptablesReconcileDocument } from './buildIptablesReconcileDocument
 import type { CommandRunner } from './commandRunner.ts';
 import { classifyIptablesSave, type IptablesBackend, type IptablesFamily, type IptablesFlavor } from './detectIptablesBackend.ts';
 import { restoreIptables, xtablesRunOptions } from './iptablesExec.ts';
-import { parseIptablesSave } from './iptablesState.ts';
+import { type IptablesState, parseIptablesSave } from './iptablesState.ts';
 
 export interface PodIptablesBackend {
   /** Where this netns's rules are read and written: the netns's own ISTIO_* backend if it has one, else the node's. */
@@ -36,14 +36,21 @@ async function holdsIstioState(runner: CommandRunner, backend: IptablesBackend, 
 
 /**
  * Removes every ISTIO_* chain, and every jump into one, that `backend` holds in `netns` (both
- * families, one atomic restore per table). Rules of others are kept. Returns whether anything was removed.
+ * families, one atomic restore per table), plus the `planned` rules found in other chains (e.g. a
+ * sidecar's CONNMARK rules in mangle OUTPUT, which jump nowhere). Rules of others are kept.
+ * Returns whether anything was removed.
  */
-export async function removeIstioIptablesState(runner: CommandRunner, backend: IptablesBackend, netns: string): Promise<boolean> {
+export async function removeIstioIptablesState(
+  runner: CommandRunner,
+  backend: IptablesBackend,
+  netns: string,
+  planned: Partial<Record<IptablesFamily, IptablesState>> = {},
+): Promise<boolean> {
   let removed = false;
   for (const family of ['ipv4', 'ipv6'] as const) {
     const stdout = await save(runner, backend, family, netns);
     if (stdout === undefined || classifyIptablesSave(stdout).istio.length === 0) continue;
-    const document = buildIptablesReconcileDocument('', new Map(), parseIptablesSave(stdout));
+    const document = buildIptablesReconcileDocument('', planned[family] ?? new Map(), parseIptablesSave(stdout));
     await restoreIptables(runner, backend, family, netns, document);
     removed = true;
   }

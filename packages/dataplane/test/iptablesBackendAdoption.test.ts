@@ -56,23 +56,24 @@ type Tables = Partial<Record<string, string>>;
  * A node with per-netns, per-binary `iptables-save` output (`<netns>|<flavor>`, the host is `host`);
  * a scratch netns saves back the plan. Every binary answers `--version`; the usability probe works.
  */
-function node(tables: Tables) {
+function node(tables: Tables, scratchSave = podRules) {
   return createRecordingCommandRunner((call: RecordedCall) => {
     const [program = '', ...args] = call.argv;
     if (args[0] === '--version')
       return { stdout: `${program} v1.8.9 (${program.includes('legacy') ? 'legacy' : 'nf_tables'})\n`, stderr: '' };
     if (!program.endsWith('-save')) return undefined;
     const where = call.options.netns ?? 'host';
-    if (where === scratchPath) return { stdout: podRules, stderr: '' };
+    if (where === scratchPath) return { stdout: scratchSave, stderr: '' };
     const flavor = program.includes('legacy') ? 'legacy' : 'nft';
     if (program.startsWith('ip6tables')) return { stdout: '', stderr: '' };
     return { stdout: tables[`${where}|${flavor}`] ?? '', stderr: '' };
   });
 }
 
+/** Commands that write (not `-save`, `--version` or the probe) into a netns other than the scratch one. */
 const writesTo = (calls: readonly RecordedCall[], prefix: string) =>
   calls.filter(
-    (c) => c.argv[0]?.startsWith(prefix) && !c.argv[0].endsWith('-save') && c.argv[1] !== '--version' && c.argv[0] !== 'unshare',
+    (c) => c.argv[0]?.startsWith(prefix) && !c.argv[0].endsWith('-save') && c.argv[1] !== '--version' && c.options.netns !== scratchPath,
   );
 
 test("upstream's ISTIO_POSTRT leftovers in legacy do not move a node whose other rules are in nft to legacy", async () => {
@@ -121,15 +122,18 @@ test('a pod whose rules live in nft is reconciled in nft on a legacy node, never
 });
 
 test('the ambient start-up reconciliation of a running pod with nft rules writes nothing to legacy', async () => {
-  const runner = node({ [`${pod}|nft`]: podRules, [`${scratchPath}|nft`]: podRules });
+  const runner = node({ [`${pod}|nft`]: podRules });
   const config = ambientConfigFromOptions({ reconcile: true });
-  await applyAmbientPodRules(
+  const result = await applyAmbientPodRules(
     { runner, openScratchNetns: scratch },
     { netns: pod, config, backend: { kind: 'iptables', iptables: { ...legacy, adoptable: [nft] } }, reconcile: true },
   );
   assert.deepEqual(writesTo(runner.calls, 'iptables-legacy'), []);
   assert.deepEqual(writesTo(runner.calls, 'ip6tables-legacy'), []);
-  assert.ok(writesTo(runner.calls, 'iptables-nft-restore').length > 0, 'the nft copy was reconciled');
+  // Checked against the nft copy (the fake's canonical form is that copy): in place, nothing written.
+  assert.equal(result.adopted, 'nft');
+  assert.deepEqual(result.outcome, { ipv4: 'unchanged', ipv6: 'skipped' });
+  assert.deepEqual(writesTo(runner.calls, 'iptables-nft'), []);
 });
 
 test('a fresh pod gets the node backend', async () => {
@@ -213,4 +217,20 @@ test('a netns made for this CNI ADD is not examined in the other backend (one ex
     runner.calls.map((c) => c.argv[0]),
     ['iptables-legacy-restore'],
   );
+});
+
+test("a second copy's planned rules outside ISTIO_* chains (a sidecar's CONNMARK) go too; others' stay", async () => {
+  const connmark = '-A OUTPUT -p tcp -m connmark --mark 0x539 -j CONNMARK --restore-mark';
+  const withMangle = `${podRules}*mangle\n:OUTPUT ACCEPT [0:0]\n:ISTIO_DIVERT - [0:0]\n${connmark}\n-A ISTIO_DIVERT -j ACCEPT\nCOMMIT\n`;
+  const podState = withMangle.replace(connmark, `${connmark}\n-A OUTPUT -j MARK --set-mark 0x7`);
+  const runner = node({ [`${pod}|nft`]: podState, [`${pod}|legacy`]: podState }, withMangle);
+  const document = `${planned}* mangle\n-N ISTIO_DIVERT\n${connmark}\n-A ISTIO_DIVERT -j ACCEPT\nCOMMIT\n`;
+  const result = await applyIptablesRules(
+    { runner, openScratchNetns: scratch },
+    { netns: pod, backend: { ...nft, adoptable: [legacy] }, documents: { ipv4: document }, reconcile: true },
+  );
+  assert.deepEqual(result.removedDuplicates, ['legacy']);
+  const removal = writesTo(runner.calls, 'iptables-legacy-restore')[0]?.options.stdin ?? '';
+  assert.match(removal, new RegExp(`^${connmark.replace('-A ', '-D ')}$`, 'm'));
+  assert.doesNotMatch(removal, /MARK --set-mark 0x7/);
 });
