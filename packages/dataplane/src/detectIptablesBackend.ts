@@ -134,7 +134,9 @@ export async function detectIptablesBackend(runner: CommandRunner, options: Dete
  *   nft. Istio-only legacy state decides only when nft holds nothing at all (it is then adopted);
  *   otherwise it is reported as a leftover for the caller to remove.
  * - the usability probe adds its rule inside a scratch netns (`unshare --net`), so probing never
- *   leaves a legacy `nat` table behind on the host.
+ *   leaves an empty legacy table behind. Upstream's probe adds and deletes a rule in the `filter`
+ *   table of the netns it detects in (`shouldUseBinaryForCurrentContext`), and the empty table it
+ *   leaves is 3+ lines to its next detection.
  * Unless forced, the chosen backend carries the other binary set as `adoptable`, so that a pod
  * whose rules already live there is reconciled in place (`choosePodIptablesBackend`).
  */
