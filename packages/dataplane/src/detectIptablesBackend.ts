@@ -131,8 +131,8 @@ export async function detectIptablesBackend(runner: CommandRunner, options: Dete
  * - "in use" means rules or user chains that are not Istio's. Upstream counts 3+ lines of
  *   `iptables-legacy-save`, so an empty legacy table, or the ISTIO_POSTRT rules another Istio agent
  *   left behind, flip the node to legacy while everything else (kube-proxy, the pods' rules) is in
- *   nft. Istio-only legacy state decides only when nft holds nothing at all (it is then adopted);
- *   otherwise it is reported as a leftover for the caller to remove.
+ *   nft. The node's own rules decide, never which Istio agent ran last: Istio state in the backend
+ *   not chosen is reported as a leftover for the caller to remove (pods keep theirs, adopted).
  * - the usability probe adds its rule inside a scratch netns (`unshare --net`), so probing never
  *   leaves an empty legacy table behind. Upstream's probe adds and deletes a rule in the `filter`
  *   table of the netns it detects in (`shouldUseBinaryForCurrentContext`), and the empty table it
@@ -161,13 +161,7 @@ export async function decideIptablesBackend(
   }
   const found = { legacy: await contentsOf(runner, 'legacy', options), nft: await contentsOf(runner, 'nft', options) };
   const where = `legacy: ${describe(found.legacy)}; nft: ${describe(found.nft)}`;
-  const legacy = found.legacy;
-  const nft = found.nft;
-  const nftEmpty = nft === undefined || (nft.foreign.length === 0 && nft.istio.length === 0);
-  let preferLegacy: string | undefined;
-  if (legacy !== undefined && legacy.foreign.length > 0) preferLegacy = 'iptables-legacy holds non-Istio rules';
-  else if (legacy !== undefined && legacy.istio.length > 0 && nftEmpty)
-    preferLegacy = 'only iptables-legacy holds rules, and they are Istio rules: adopted';
+  const preferLegacy = (found.legacy?.foreign.length ?? 0) > 0 ? 'iptables-legacy holds non-Istio rules' : undefined;
   if (preferLegacy !== undefined) {
     const backend = await tryProbe(runner, 'legacy', options);
     if (backend !== undefined) return finish(runner, backend, `${preferLegacy} (${where})`, found);

@@ -94,11 +94,14 @@ test("upstream's ISTIO_POSTRT leftovers in legacy do not move a node whose other
   assert.match(decision.reason, /nft: non-Istio chains filter\/INPUT, filter\/KUBE-FIREWALL/);
 });
 
-test('Istio rules only in legacy and nothing in nft: legacy is adopted', async () => {
+test('Istio rules alone never decide: legacy leftovers on an otherwise empty node leave it on nft', async () => {
   const decision = await decideIptablesBackend(node({ 'host|legacy': upstreamHostLeftovers }));
-  assert.equal(decision.backend.flavor, 'legacy');
-  assert.deepEqual(decision.leftovers, []);
-  assert.match(decision.reason, /adopted/);
+  assert.equal(decision.backend.flavor, 'nft');
+  assert.deepEqual(
+    decision.leftovers.map((b) => b.flavor),
+    ['legacy'],
+  );
+  assert.match(decision.reason, /nft: no rules\)$/);
 });
 
 test('non-Istio legacy rules choose legacy as upstream does; Istio state in nft is then the leftover', async () => {
