@@ -14,10 +14,6 @@ import {
   createScratchNetnsOpener,
   createZtunnelServer,
   deleteAmbientHostRules,
-  decideIptablesBackend,
-  removeIstioIptablesState,
-  type IptablesBackend,
-  type CommandRunner,
   findKubeletUid,
   syncProbeSets,
   type AmbientPod,
@@ -33,6 +29,7 @@ import type { ClusterView } from '../kube/clusterView.ts';
 import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
 import { createAmbientReconciler, isZtunnelPod, type AmbientPolicy, type AmbientReconciler } from './ambientReconciler.ts';
 import { isTerminal, podIps, redirectionState, type MeshDataplane } from './meshDataplane.ts';
+import { decideNodeIptables } from './decideNodeIptables.ts';
 import { createNodeMeshDataplane, workloadOf } from './nodeMeshDataplane.ts';
 
 export interface AmbientOptions {
@@ -89,33 +86,6 @@ function withRetries<T>(what: string, attempts: number, delayMs: number, log: Lo
     classify: () => ({ retry: true }),
     onRetry: (err, attempt) => log.warn(`${what} failed; retrying`, { attempt, error: errorMessage(err) }),
   });
-}
-
-/**
- * The node's iptables backend, decided once in the host netns and logged with what was found where.
- * ISTIO_* state of another agent (e.g. upstream's ISTIO_POSTRT) in the other backend is removed,
- * so the host rules are never stacked on top of it.
- */
-async function decideNodeIptables(
-  runner: CommandRunner,
-  hostNetns: string | undefined,
-  force: string | undefined,
-  log: Logger,
-): Promise<IptablesBackend> {
-  const decision = await decideIptablesBackend(runner, {
-    ...(force ? { forceBinary: force } : {}),
-    ...(hostNetns ? { netns: hostNetns } : {}),
-  });
-  log.info('iptables backend', { backend: decision.backend.flavor, reason: decision.reason });
-  for (const leftover of decision.leftovers) {
-    try {
-      await removeIstioIptablesState(runner, leftover, hostNetns ?? '/proc/self/ns/net');
-      log.warn(`removed the ISTIO_* host rules another agent left in iptables-${leftover.flavor}`);
-    } catch (err) {
-      log.error(`failed to remove the ISTIO_* host rules another agent left in iptables-${leftover.flavor}`, { error: errorMessage(err) });
-    }
-  }
-  return decision.backend;
 }
 
 /**
