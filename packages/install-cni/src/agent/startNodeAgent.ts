@@ -62,7 +62,11 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     nativeNftables: options.nativeNftables,
     env: captureEnvironmentFrom(options.captureEnv),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
-    onBackendDecision: (d) => options.logger.info('sidecar capture iptables backend', { backend: d.backend.flavor, reason: d.reason }),
+    // With ambient, its start-up logs the node's decision (the same one: same netns, and the Istio
+    // leftovers it removes never decide); once is enough.
+    ...(options.ambientEnabled
+      ? {}
+      : { onBackendDecision: (d) => options.logger.info('iptables backend', { backend: d.backend.flavor, reason: d.reason }) }),
   });
   const ambientPolicy: { enabled: boolean; selectors: readonly EnablementSelector[]; dataplane?: MeshDataplane } = {
     enabled: options.ambientEnabled,
