@@ -28,3 +28,23 @@ image-docker: image
 
 # The e2e suite runs the image (its tests import dist/image.oci.tar into containerd).
 e2e: image
+
+# Upstream Istio's Go agent as an offline image laid out as upstream's own (scripts/image/buildUpstream.ts),
+# from the binaries bench/upstream/build.sh builds into $(BENCH_CACHE) (≈12 min of CPU the first time),
+# and upstream's own Helm chart (manifests/charts/istio-cni of the same module), copied unchanged.
+BENCH_CACHE ?= $(CURDIR)/.bench-cache
+UPSTREAM_ISTIO_VERSION := $(shell sed -n 's/^ISTIO_VERSION="$${ISTIO_VERSION:-\(.*\)}"$$/\1/p' bench/upstream/build.sh)
+UPSTREAM_IMAGE ?= localhost/istio-cni-upstream/install-cni:$(UPSTREAM_ISTIO_VERSION)
+
+.PHONY: upstream-image upstream-image-name upstream-chart
+
+upstream-image:
+	BENCH_CACHE=$(BENCH_CACHE) nice -n 19 bash bench/upstream/build.sh
+	$(NODE) scripts/image/buildUpstream.ts $(UPSTREAM_IMAGE) $(BENCH_CACHE)/bin
+
+upstream-image-name:
+	@echo $(UPSTREAM_IMAGE)
+
+# Prints the chart's directory: $(BENCH_CACHE)/upstream-chart/<version>/istio-cni.
+upstream-chart:
+	@BENCH_CACHE=$(BENCH_CACHE) bash bench/upstream/chart.sh

@@ -22,6 +22,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join, posix } from 'node:path';
+import { elfLinking } from './elfLinking.ts';
 
 export const DEBIAN_SUITE = 'bookworm';
 /** The machine's own mirror list (deb.debian.org), main and security updates. */
@@ -113,8 +114,12 @@ function findExecutable(root: string, name: string): string {
   throw new Error(`${name} is not in the Debian root filesystem`);
 }
 
-/** The libraries an ELF file needs, as paths the Debian tree's own loader resolves (`ld.so --list`, chrooted). */
-function neededLibraries(root: string, rel: string): string[] {
+/**
+ * The libraries an ELF file needs, as paths the Debian tree's own loader resolves (`ld.so --list`,
+ * chrooted); none for a file without DT_NEEDED (a static executable), which the loader cannot list.
+ */
+export function neededLibraries(root: string, rel: string): string[] {
+  if (elfLinking(join(root, rel)).needed === 0) return [];
   const out = execFileSync('chroot', [root, `/${LOADER}`, '--list', `/${rel}`], { encoding: 'utf8' });
   const libs: string[] = [];
   for (const line of out.split('\n')) {

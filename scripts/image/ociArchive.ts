@@ -9,7 +9,8 @@ import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, wri
 import { dirname, join } from 'node:path';
 
 export interface OciImageConfig {
-  Entrypoint: string[];
+  Entrypoint?: string[];
+  Cmd?: string[];
   Env: string[];
   WorkingDir: string;
 }
@@ -21,6 +22,8 @@ export interface OciArchiveOptions {
   /** name:tag, recorded for containerd (`io.containerd.image.name`) and OCI (`ref.name`, the tag). */
   ref: string;
   config: OciImageConfig;
+  /** The image history's `created_by` (default `scripts/image/build.ts`). */
+  createdBy?: string;
 }
 
 export interface OciArchive {
@@ -59,7 +62,7 @@ export function writeOciArchive(options: OciArchiveOptions): OciArchive {
           created: '1970-01-01T00:00:00Z',
           config: options.config,
           rootfs: { type: 'layers', diff_ids: [diffId] },
-          history: [{ created: '1970-01-01T00:00:00Z', created_by: 'scripts/image/build.ts' }],
+          history: [{ created: '1970-01-01T00:00:00Z', created_by: options.createdBy ?? 'scripts/image/build.ts' }],
         }),
       ),
     );
@@ -90,24 +93,27 @@ export function writeOciArchive(options: OciArchiveOptions): OciArchive {
       }),
     );
     writeFileSync(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-    execFileSync('tar', [
-      '--create',
-      '--file',
-      options.out,
-      '--directory',
-      layout,
-      '--format=gnu',
-      '--sort=name',
-      '--mtime=@0',
-      '--owner=0',
-      '--group=0',
-      '--numeric-owner',
-      'oci-layout',
-      'index.json',
-      'blobs',
-    ]);
+    deterministicTar(layout, options.out, ['oci-layout', 'index.json', 'blobs']);
     return { manifestDigest: manifest.digest, layerSize: layer.size };
   } finally {
     rmSync(layout, { recursive: true, force: true });
   }
+}
+
+/** A tar of `entries` in `dir` whose bytes depend only on the files' paths, contents, modes and links. */
+export function deterministicTar(dir: string, out: string, entries: readonly string[] = ['.']): void {
+  execFileSync('tar', [
+    '--create',
+    '--file',
+    out,
+    '--directory',
+    dir,
+    '--format=gnu',
+    '--sort=name',
+    '--mtime=@0',
+    '--owner=0',
+    '--group=0',
+    '--numeric-owner',
+    ...entries,
+  ]);
 }

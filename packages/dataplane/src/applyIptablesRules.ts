@@ -1,7 +1,11 @@
 import { buildIptablesReconcileDocument } from './buildIptablesReconcileDocument.ts';
-import { CommandError, type CommandRunner, type RunOptions } from './commandRunner.ts';
+import { CommandError, type CommandRunner } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
-import { type IptablesFamily, type IptablesBackend, versionAtLeast } from './detectIptablesBackend.ts';
+import { choosePodIptablesBackend, flavorsOf, removeIstioIptablesState } from './choosePodIptablesBackend.ts';
+import type { IptablesFamily, IptablesBackend, IptablesFlavor } from './detectIptablesBackend.ts';
+import { restoreIptables, xtablesRunOptions } from './iptablesExec.ts';
+
+export { xtablesRunOptions } from './iptablesExec.ts';
 import { diffIptablesState, type IptablesState, parseIptablesSave } from './iptablesState.ts';
 import { type OpenScratchNetns, withScratchNetns } from './scratchNetns.ts';
 
@@ -21,12 +25,21 @@ export interface ApplyIptablesRulesOptions {
   documents: IptablesDocuments;
   /** Replace differing or foreign ISTIO_* state instead of failing (never from the plugin). */
   reconcile?: boolean;
+  /**
+   * The netns was created for this CNI ADD, so no agent can have written to it yet: the other
+   * backend is not examined (saves an exec per pod; see `choosePodIptablesBackend`).
+   */
+  freshNetns?: boolean;
 }
 
 export type ApplyOutcome = 'applied' | 'unchanged' | 'reconciled';
 
 export interface ApplyIptablesResult {
   outcome: Record<IptablesFamily, ApplyOutcome | 'skipped'>;
+  /** Set when the netns's ISTIO_* state lived in another backend than the node's and was reconciled there. */
+  adopted?: IptablesFlavor;
+  /** Backends whose second copy of the netns's ISTIO_* state was removed. */
+  removedDuplicates?: IptablesFlavor[];
 }
 
 const families: readonly IptablesFamily[] = ['ipv4', 'ipv6'];
@@ -38,6 +51,24 @@ const families: readonly IptablesFamily[] = ['ipv4', 'ipv6'];
  * before any is written, so a conflict changes nothing.
  */
 export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
+  if (options.freshNetns === true) return applyInBackend(deps, options);
+  const chosen = await choosePodIptablesBackend(deps.runner, options.backend, options.netns);
+  for (const duplicate of chosen.duplicates) {
+    const planned: Partial<Record<IptablesFamily, IptablesState>> = {};
+    for (const family of families) {
+      const document = options.documents[family];
+      if (document !== undefined && document.trim() !== '')
+        planned[family] = await canonicalIptablesState(deps, duplicate, family, document);
+    }
+    await removeIstioIptablesState(deps.runner, duplicate, options.netns, planned);
+  }
+  const result = await applyInBackend(deps, { ...options, backend: chosen.backend });
+  if (chosen.backend !== options.backend) result.adopted = chosen.backend.flavor;
+  if (chosen.duplicates.length > 0) result.removedDuplicates = flavorsOf(chosen.duplicates);
+  return result;
+}
+
+async function applyInBackend(deps: IptablesDeps, options: ApplyIptablesRulesOptions): Promise<ApplyIptablesResult> {
   const optimistic = await tryOptimisticRestore(deps, options);
   if (optimistic !== undefined) return optimistic;
   const plans: { family: IptablesFamily; document: string; stdin?: string; outcome: ApplyOutcome }[] = [];
@@ -67,7 +98,7 @@ export async function applyIptablesRules(deps: IptablesDeps, options: ApplyIptab
   }
   const outcome: ApplyIptablesResult['outcome'] = { ipv4: 'skipped', ipv6: 'skipped' };
   for (const plan of plans) {
-    if (plan.stdin !== undefined) await restore(deps.runner, options.backend, plan.family, options.netns, plan.stdin);
+    if (plan.stdin !== undefined) await restoreIptables(deps.runner, options.backend, plan.family, options.netns, plan.stdin);
     outcome[plan.family] = plan.outcome;
   }
   return { outcome };
@@ -91,7 +122,7 @@ async function tryOptimisticRestore(deps: IptablesDeps, options: ApplyIptablesRu
   const tables = document.split(/^\*/m).slice(1);
   if (tables.length === 0 || !tables.every((table) => /^-N ISTIO/m.test(table))) return undefined;
   try {
-    await restore(deps.runner, options.backend, family, options.netns, document);
+    await restoreIptables(deps.runner, options.backend, family, options.netns, document);
   } catch (err) {
     if (err instanceof CommandError) return undefined;
     throw err;
@@ -109,12 +140,14 @@ export interface VerifyIptablesRulesOptions {
 
 /** Differences between the netns's ISTIO_* state and the documents; empty means in place (CNI CHECK). */
 export async function verifyIptablesRules(deps: IptablesDeps, options: VerifyIptablesRulesOptions): Promise<string[]> {
-  const differences: string[] = [];
+  const chosen = await choosePodIptablesBackend(deps.runner, options.backend, options.netns);
+  const differences = chosen.duplicates.map((d) => `second copy of the ISTIO_* state in iptables-${d.flavor}`);
+  const backend = chosen.backend;
   for (const family of families) {
     const document = options.documents[family];
     if (document === undefined || document.trim() === '') continue;
-    const actual = await readIptablesState(deps.runner, options.backend, family, options.netns);
-    const expected = await canonicalIptablesState(deps, options.backend, family, document);
+    const actual = await readIptablesState(deps.runner, backend, family, options.netns);
+    const expected = await canonicalIptablesState(deps, backend, family, document);
     differences.push(...diffIptablesState(expected, actual).differences.map((d) => `${family} ${d}`));
   }
   return differences;
@@ -145,34 +178,11 @@ export async function canonicalIptablesState(
   const cached = deps.canonicalCache?.get(key);
   if (cached !== undefined) return cached;
   const state = await withScratchNetns(deps.openScratchNetns, async (scratch) => {
-    await restore(deps.runner, backend, family, scratch, document);
+    await restoreIptables(deps.runner, backend, family, scratch, document);
     return readIptablesState(deps.runner, backend, family, scratch);
   });
   deps.canonicalCache?.set(key, state);
   return state;
-}
-
-async function restore(
-  runner: CommandRunner,
-  backend: IptablesBackend,
-  family: IptablesFamily,
-  netns: string,
-  stdin: string,
-): Promise<void> {
-  const argv = [backend.binaries[family].restore, '--noflush'];
-  if (!backend.nfTables && versionAtLeast(backend.version, 1, 6, 2)) argv.push('--wait=30');
-  await runner.run(argv, { ...xtablesRunOptions(backend, netns), stdin });
-}
-
-/**
- * Legacy iptables serialises writers through a lock file that is global (/run/xtables.lock) by
- * default, so pods would wait on each other and on kube-proxy. Rules of different netns never
- * conflict, so the lock is the netns file itself (XTABLES_LOCKFILE, honoured since 1.8.6), the
- * same choice upstream makes. iptables-nft takes no lock.
- */
-export function xtablesRunOptions(backend: IptablesBackend, netns: string): RunOptions {
-  if (backend.nfTables || !versionAtLeast(backend.version, 1, 8, 6)) return { netns };
-  return { netns, env: { XTABLES_LOCKFILE: netns } };
 }
 
 function hasAnyRule(state: IptablesState): boolean {

@@ -34,6 +34,8 @@ export interface ApplySidecarCaptureOptions {
   /** The pod's addresses from the CNI result; when usable they replace the probe of the netns. */
   podIps?: readonly string[];
   reconcile?: boolean;
+  /** Created for this CNI ADD: nothing of another agent can be in it (see `applyIptablesRules`). */
+  freshNetns?: boolean;
   /** Chosen iptables binaries; detected inside the netns when absent. */
   iptablesBackend?: IptablesBackend;
   /** FORCE_IPTABLES_BINARY, used only when the backend is detected here. */
@@ -70,7 +72,13 @@ export async function applySidecarCapture(deps: SidecarCaptureDeps, options: App
       }));
     const result = await applyIptablesRules(
       { runner: deps.runner, openScratchNetns: deps.openScratchNetns, ...cache('iptables', deps) },
-      { netns: options.netns, backend, documents: plan.documents, reconcile: options.reconcile === true },
+      {
+        netns: options.netns,
+        backend,
+        documents: plan.documents,
+        reconcile: options.reconcile === true,
+        ...(options.freshNetns === true ? { freshNetns: true } : {}),
+      },
     );
     outcome = result.outcome;
   }

@@ -21,9 +21,14 @@ export {
   type ScratchNetnsOptions,
   withScratchNetns,
 } from './scratchNetns.ts';
+export { choosePodIptablesBackend, type PodIptablesBackend, removeIstioIptablesState } from './choosePodIptablesBackend.ts';
 export {
+  classifyIptablesSave,
+  decideIptablesBackend,
   detectIptablesBackend,
   type DetectIptablesBackendOptions,
+  type IptablesBackendDecision,
+  type IptablesContents,
   hasIptablesRules,
   type IptablesFamily,
   type IptablesBackend,

@@ -2,7 +2,7 @@ import type { CaptureEnvironment, Pod } from '@istio-cni/capture';
 import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps, type SidecarRulePlan } from './applySidecarCapture.ts';
 import type { IptablesState } from './iptablesState.ts';
 import type { CommandRunner } from './commandRunner.ts';
-import { detectIptablesBackend, type IptablesBackend } from './detectIptablesBackend.ts';
+import { decideIptablesBackend, type IptablesBackend, type IptablesBackendDecision } from './detectIptablesBackend.ts';
 import type { Drift } from './captureDrift.ts';
 import type { NetnsHandle } from './ambient/netnsHandle.ts';
 import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
@@ -28,6 +28,8 @@ export interface SidecarCaptureManagerOptions {
    * imported: the plugin bundles this module and carries no FFI.
    */
   nftGenerations?: { read(netnsFd: number): number };
+  /** Told once which iptables backend was chosen and why (what was found where). */
+  onBackendDecision?: (decision: IptablesBackendDecision) => void;
 }
 
 export interface SidecarCaptureManager {
@@ -35,8 +37,9 @@ export interface SidecarCaptureManager {
    * Programs the pod's capture rules in `netns`; returns the apply outcome. `podIps` (from the CNI
    * result) decide the IP family without entering the netns. `netns` is opened once and checked
    * (`PodNetnsRefusedError` for the node's netns and the like); the commands run through that fd.
+   * `freshNetns`: the netns was created for this CNI ADD (not a repair of a running pod).
    */
-  apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
+  apply(pod: Pod, netns: string, podIps?: readonly string[], freshNetns?: boolean): Promise<string>;
   /** Differences between `netns` and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
   /**
@@ -73,7 +76,8 @@ class BoundedMap<K, V> extends Map<K, V> {
 /**
  * Sidecar capture for a long-running process (the agent) or a one-shot one (the plugin's
  * degraded mode). The iptables binaries are detected once, in the caller's network namespace
- * (upstream ambient does the same), and reused for every pod.
+ * (upstream ambient does the same), and reused for every pod whose rules do not already live in
+ * the other backend (`choosePodIptablesBackend`).
  */
 export function createSidecarCaptureManager(options: SidecarCaptureManagerOptions): SidecarCaptureManager {
   const limit = options.cachedPlans ?? 64;
@@ -85,12 +89,17 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   };
   let backend: Promise<IptablesBackend> | undefined;
   const iptablesBackend = (): Promise<IptablesBackend> => {
-    backend ??= detectIptablesBackend(options.runner, {
+    backend ??= decideIptablesBackend(options.runner, {
       ...(options.forceIptablesBinary ? { forceBinary: options.forceIptablesBinary } : {}),
-    }).catch((err: unknown) => {
-      backend = undefined; // a failed probe is retried on the next pod
-      throw err;
-    });
+    })
+      .then((decision) => {
+        options.onBackendDecision?.(decision);
+        return decision.backend;
+      })
+      .catch((err: unknown) => {
+        backend = undefined; // a failed probe is retried on the next pod
+        throw err;
+      });
     return backend;
   };
   const renderedPlans = new WeakMap<Pod, { ipsKey: string; rulePlan: SidecarRulePlan; planKey: string }>();
@@ -120,11 +129,23 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     }
   }
 
-  function program(pod: Pod, netns: string, podIps: readonly string[] | undefined, reconcile: boolean): Promise<string> {
+  function program(
+    pod: Pod,
+    netns: string,
+    podIps: readonly string[] | undefined,
+    reconcile: boolean,
+    freshNetns: boolean,
+  ): Promise<string> {
     return inNetns(netns, async (path) => {
       const planned = plan(pod, path);
       const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-      const { outcome } = await applySidecarCapture(deps, { ...planned, ...extra, reconcile, ...(podIps ? { podIps } : {}) });
+      const { outcome } = await applySidecarCapture(deps, {
+        ...planned,
+        ...extra,
+        reconcile,
+        ...(podIps ? { podIps } : {}),
+        ...(freshNetns ? { freshNetns } : {}),
+      });
       return typeof outcome === 'string'
         ? outcome
         : Object.entries(outcome)
@@ -134,8 +155,8 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   }
 
   return {
-    apply: (pod, netns, podIps) => program(pod, netns, podIps, false),
-    repair: (pod, netns, podIps) => program(pod, netns, podIps, true),
+    apply: (pod, netns, podIps, freshNetns) => program(pod, netns, podIps, false, freshNetns === true),
+    repair: (pod, netns, podIps) => program(pod, netns, podIps, true, false),
     backend: async () => (options.nativeNftables ? 'nft' : (await iptablesBackend()).nfTables ? 'iptables-nft' : 'iptables-legacy'),
     async inspect(pod, netns, podIps) {
       const handle = options.netnsGuard.openCniNetns(netns);

@@ -21,8 +21,9 @@ import {
   xtablesRunOptions,
 } from '../applyIptablesRules.ts';
 import { applyNftRules, verifyNftRules } from '../applyNftRules.ts';
+import { choosePodIptablesBackend } from '../choosePodIptablesBackend.ts';
 import type { CommandRunner } from '../commandRunner.ts';
-import type { IptablesFamily, IptablesBackend } from '../detectIptablesBackend.ts';
+import type { IptablesFamily, IptablesBackend, IptablesFlavor } from '../detectIptablesBackend.ts';
 import type { IptablesState } from '../iptablesState.ts';
 import type { OpenScratchNetns } from '../scratchNetns.ts';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
@@ -74,6 +75,10 @@ export function withNetnsPath<T>(target: NetnsTarget, fn: (path: string) => Prom
 
 export interface AmbientPodRulesResult {
   outcome: ApplyOutcome | Record<IptablesFamily, ApplyOutcome | 'skipped'>;
+  /** The pod's rules lived in this other iptables backend and were reconciled there. */
+  adopted?: IptablesFlavor;
+  /** A second copy of the pod's rules was removed from these backends. */
+  removedDuplicates?: IptablesFlavor[];
 }
 
 /**
@@ -83,7 +88,8 @@ export interface AmbientPodRulesResult {
  */
 export async function applyAmbientPodRules(
   deps: AmbientRulesDeps,
-  options: AmbientPodRulesOptions & { reconcile?: boolean },
+  /** `freshNetns`: created for this CNI ADD (see `applyIptablesRules`); not for a running pod. */
+  options: AmbientPodRulesOptions & { reconcile?: boolean; freshNetns?: boolean },
 ): Promise<AmbientPodRulesResult> {
   return withNetnsPath(options.netns, async (netns) => {
     const routes = await podRoutes(deps, netns, options.config);
@@ -100,8 +106,14 @@ export async function applyAmbientPodRules(
       return { outcome };
     }
     const backend = (options.backend as { iptables: IptablesBackend }).iptables;
-    const result = await applyIptablesRules(iptablesDeps(deps), { netns, backend, documents: plan.documents, reconcile });
-    return { outcome: result.outcome };
+    const { outcome, adopted, removedDuplicates } = await applyIptablesRules(iptablesDeps(deps), {
+      netns,
+      backend,
+      documents: plan.documents,
+      reconcile,
+      ...(options.freshNetns === true ? { freshNetns: true } : {}),
+    });
+    return { outcome, ...(adopted ? { adopted } : {}), ...(removedDuplicates ? { removedDuplicates } : {}) };
   });
 }
 
@@ -146,14 +158,17 @@ export async function deleteAmbientPodRules(deps: AmbientRulesDeps, options: Omi
         errors.push((err as Error).message);
       });
     } else {
-      const backend = options.backend.iptables;
+      // Wherever the pod's rules live: the node's backend, or the other one they were adopted in.
+      const chosen = await choosePodIptablesBackend(deps.runner, options.backend.iptables, netns);
       const plan = ambientPodIptablesDeletePlan(options.config);
-      for (const [family, commands] of [
-        ['ipv4', plan.v4],
-        ['ipv6', plan.v6],
-      ] as const) {
-        for (const args of commands) {
-          await deps.runner.run([backend.binaries[family].iptables, ...args], xtablesRunOptions(backend, netns)).catch(() => {});
+      for (const backend of [chosen.backend, ...chosen.duplicates]) {
+        for (const [family, commands] of [
+          ['ipv4', plan.v4],
+          ['ipv6', plan.v6],
+        ] as const) {
+          for (const args of commands) {
+            await deps.runner.run([backend.binaries[family].iptables, ...args], xtablesRunOptions(backend, netns)).catch(() => {});
+          }
         }
       }
     }

@@ -27,7 +27,7 @@ function unmapIpv4(ip: string): string {
 
 /** The capture side effects, behind an interface so the decisions are tested without root. */
 export interface SidecarCapture {
-  apply(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
+  apply(pod: Pod, netns: string, podIps?: readonly string[], freshNetns?: boolean): Promise<string>;
   /** Differences between the netns and the pod's expected rules; empty = in place. */
   verify(pod: Pod, netns: string): Promise<string[]>;
 }
@@ -141,7 +141,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     let outcome: string;
     try {
       const podIps = request.ips.map((ip) => ip.address);
-      outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns, podIps));
+      outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns, podIps, true));
     } catch (err) {
       const refused = captureFailure(err);
       if (refused) return failure(refused);

@@ -83,6 +83,11 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     env: captureEnvironmentFrom(options.captureEnv),
     nftGenerations: createNftGenerationReader(),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
+    // With ambient, its start-up logs the node's decision (the same one: same netns, and the Istio
+    // leftovers it removes never decide); once is enough.
+    ...(options.ambientEnabled
+      ? {}
+      : { onBackendDecision: (d) => options.logger.info('iptables backend', { backend: d.backend.flavor, reason: d.reason }) }),
   });
   const ambientPolicy: { enabled: boolean; selectors: readonly EnablementSelector[]; dataplane?: MeshDataplane } = {
     enabled: options.ambientEnabled,

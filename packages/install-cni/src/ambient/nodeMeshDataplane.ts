@@ -111,13 +111,17 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
       try {
         const { overrides, warnings } = ambientPodOverrides(pod);
         for (const w of warnings) log.warn(w);
-        await applyAmbientPodRules(deps.rules, {
+        const applied = await applyAmbientPodRules(deps.rules, {
           netns,
           config: deps.config,
           backend: deps.backend,
           overrides,
           reconcile: deps.config.reconcile,
+          // From the CNI ADD (a netns made for it); a running pod's may hold another agent's rules.
+          freshNetns: netnsPath !== undefined,
         });
+        if (applied.adopted) log.info(`in-pod rules found in iptables-${applied.adopted}: reconciled there, not copied`);
+        if (applied.removedDuplicates) log.warn('removed a second copy of the in-pod rules', { backends: applied.removedDuplicates });
       } catch (err) {
         cache.remove(uid);
         if (err instanceof AnnotationError) throw new NonRetryableError(err.message);

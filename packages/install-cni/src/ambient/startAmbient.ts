@@ -15,7 +15,6 @@ import {
   createScratchNetnsOpener,
   createZtunnelServer,
   deleteAmbientHostRules,
-  detectIptablesBackend,
   findKubeletUid,
   syncProbeSets,
   type AmbientPod,
@@ -31,6 +30,7 @@ import type { ClusterView } from '../kube/clusterView.ts';
 import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
 import { createAmbientReconciler, isZtunnelPod, type AmbientPolicy, type AmbientReconciler } from './ambientReconciler.ts';
 import { isTerminal, podIps, redirectionState, type MeshDataplane } from './meshDataplane.ts';
+import { decideNodeIptables } from './decideNodeIptables.ts';
 import { createNodeMeshDataplane, workloadOf } from './nodeMeshDataplane.ts';
 import { createAmbientVerifier, type AmbientVerifier } from './ambientVerifier.ts';
 
@@ -109,13 +109,10 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     ...(o.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: o.hostProbeSnatIpv6 } : {}),
   });
   const hostNetns = o.switchToHostNetns ? (o.hostNetnsPath ?? `${o.hostProcDir}/1/ns/net`) : undefined;
+  const rules: AmbientRulesDeps = { runner, openScratchNetns: createScratchNetnsOpener() };
   const backend: AmbientRuleBackend = o.nativeNftables
     ? { kind: 'nft' }
-    : {
-        kind: 'iptables',
-        iptables: await detectIptablesBackend(runner, o.forceIptablesBinary ? { forceBinary: o.forceIptablesBinary } : {}),
-      };
-  const rules: AmbientRulesDeps = { runner, openScratchNetns: createScratchNetnsOpener() };
+    : { kind: 'iptables', iptables: await decideNodeIptables(runner, hostNetns, o.forceIptablesBinary, log) };
   const procFs = createProcFs(o.hostProcDir);
   const sets = o.nativeNftables
     ? createNftProbeSets({ runner, config, ...(hostNetns ? { netns: hostNetns } : {}) })

@@ -33,7 +33,7 @@ async function realDeps(config: PluginConfig): Promise<DegradedDeps> {
   return {
     getPod: (ns, name) => getPod(client, ns, name),
     getNamespace: (name) => getNamespace(client, name),
-    applySidecar: async (pod, netns, podIps) => (await sidecarCapture()).apply(pod, netns, podIps),
+    applySidecar: async (pod, netns, podIps) => (await sidecarCapture()).apply(pod, netns, podIps, true),
     verifySidecar: async (pod, netns) => (await sidecarCapture()).verify(pod, netns),
     sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
     now: () => Date.now(),
