@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { cgroupHierarchies } from '../support/cgroupHierarchies.ts';
 import { containerdArgv, ctrArgv, renderContainerdConfig } from '../support/containerd.ts';
@@ -6,7 +6,7 @@ import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
-import { forkedChild, startDetached, waitForDetached } from './detached.ts';
+import { forkedChild, startDetached, stopDetached, waitForDetached } from './detached.ts';
 import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
 
@@ -116,6 +116,7 @@ export async function startNode(
   node: NodeLayout,
   controlPlane: ControlPlane,
   imageTars: readonly string[],
+  primaryCniVersion = PRIMARY_CNI_VERSION,
 ): Promise<RunningNode> {
   const logs = join(node.dir, 'logs');
   for (const d of [logs, ...NODE_PRIVATE_PATHS.map((p) => join(node.dir, p.nodeDir))]) mkdirSync(d, { recursive: true });
@@ -178,7 +179,7 @@ export async function startNode(
     subnet: node.podCidr,
     fileName: '10-bridge.conflist',
     ipMasq: false,
-    cniVersion: PRIMARY_CNI_VERSION,
+    cniVersion: primaryCniVersion,
   });
 
   // Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods).
@@ -214,30 +215,76 @@ export async function startNode(
     renderContainerdConfig(containerdDir, containerdSocket, '/etc/cni/net.d', '/opt/cni/bin', pauseImageRef()),
   );
   state.runtimes.push({ socket: containerdSocket, dir: containerdDir });
-  const containerd = await startInNode(
-    state,
-    holder,
-    `${node.name} containerd`,
-    containerdArgv(containerdConfig),
-    join(logs, 'containerd.log'),
-    STOP_CONTAINERD,
-  );
   const crictlConfig = join(containerdDir, 'crictl.yaml');
   writeFileSync(crictlConfig, `runtime-endpoint: unix://${containerdSocket}\nimage-endpoint: unix://${containerdSocket}\ntimeout: 60\n`);
   const crictl = async (args: readonly string[]) =>
     (await runCommand([rigBinary('crictl'), '--config', crictlConfig, ...args], { timeoutMs: 90_000 })).stdout;
-  await waitForDetached(
-    `${node.name} containerd CRI`,
-    containerd,
-    async () => ((await crictl(['version'])).includes('RuntimeName') ? true : undefined),
-    60_000,
-  );
+  const containerd = await startContainerd(state, node, holder, crictl);
   for (const tar of [rigBinary('pause-image.tar'), ...imageTars]) {
     await runCommand([...ctrArgv(containerdSocket, 'k8s.io'), 'images', 'import', tar], { timeoutMs: 600_000 });
   }
 
   const kubelet = await startKubelet(state, node, controlPlane, holder, containerdSocket);
   return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
+}
+
+/** The node's containerd (config already written), once its CRI answers. */
+async function startContainerd(
+  state: ClusterState,
+  node: NodeLayout,
+  holder: ProcessRecord,
+  crictl: RunningNode['crictl'],
+): Promise<ProcessRecord> {
+  const containerdDir = join(node.dir, 'containerd');
+  const containerd = await startInNode(
+    state,
+    holder,
+    `${node.name} containerd`,
+    containerdArgv(join(containerdDir, 'config.toml')),
+    join(node.dir, 'logs/containerd.log'),
+    STOP_CONTAINERD,
+  );
+  await waitForDetached(
+    `${node.name} containerd CRI`,
+    containerd,
+    async () => ((await crictl(['version'])).includes('RuntimeName') ? true : undefined),
+    60_000,
+  );
+  return containerd;
+}
+
+/**
+ * A node restart short of its namespaces (the holder, its netns and mounts stay): kubelet stopped,
+ * then the named containers (SIGKILL, so nothing of theirs cleans up), then containerd; the node's
+ * `/run/istio-cni` emptied, as a reboot empties the tmpfs `/run`; containerd and kubelet started again.
+ * Other containers keep running under their shims, which the new containerd picks up.
+ */
+export async function restartNode(
+  state: ClusterState,
+  node: RunningNode,
+  controlPlane: ControlPlane,
+  stopContainers: readonly string[],
+): Promise<void> {
+  // startInNode records each new process; the stopped one's record goes.
+  const forget = (old: ProcessRecord) => {
+    state.processes = state.processes.filter((p) => !(p.pid === old.pid && p.startTime === old.startTime));
+    saveState(state);
+  };
+  await stopDetached(node.kubelet);
+  for (const name of stopContainers) {
+    for (const id of (await node.crictl(['ps', '--name', `^${name}$`, '-q'])).split('\n').filter(Boolean)) {
+      await node.crictl(['stop', '--timeout', '0', id]);
+    }
+  }
+  await stopDetached(node.containerd);
+  const runDir = nodePrivateDir(node.layout, '/run/istio-cni');
+  for (const entry of readdirSync(runDir)) rmSync(join(runDir, entry), { recursive: true, force: true });
+  const containerd = await startContainerd(state, node.layout, node.holder, node.crictl);
+  forget(node.containerd);
+  node.containerd = containerd;
+  const kubelet = await startKubelet(state, node.layout, controlPlane, node.holder, node.containerdSocket);
+  forget(node.kubelet);
+  node.kubelet = kubelet;
 }
 
 async function startKubelet(
