@@ -28,6 +28,14 @@ const SAMPLE_EVERY_MS = 500;
 const CHURN_INTERVAL_MS = 1_000;
 const CHURN_MAX = 60;
 
+const preferNode = (name: string) => ({
+  nodeAffinity: {
+    preferredDuringSchedulingIgnoredDuringExecution: [
+      { weight: 100, preference: { matchExpressions: [{ key: 'kubernetes.io/hostname', operator: 'In', values: [name] }] } },
+    ],
+  },
+});
+
 describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node never flaps', { timeout: 1_500_000 }, () => {
   let cluster: LocalCluster;
   const api = (): KubeClient => cluster.controlPlane.api;
@@ -42,14 +50,14 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
     (await agentPods()).find((p) => p.spec.nodeName === nodeName && p.metadata.deletionTimestamp === undefined);
   const agentRestarts = (pod: Pod | undefined) => pod?.status?.containerStatuses?.find((c) => c.name === 'install-cni')?.restartCount ?? 0;
 
-  /** A sidecar pod with istio-validation (as injected in CNI mode); unpinned when nodeName is undefined. */
+  /** A sidecar pod with istio-validation (as injected in CNI mode), pinned to nodeName, or (undefined) schedulable on either node with node 1 preferred. */
   const sidecarPod = (name: string, nodeName: string | undefined) =>
     api().must('POST', `/api/v1/namespaces/${NS}/pods`, {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name, namespace: NS, annotations: { 'sidecar.istio.io/status': SIDECAR_STATUS } },
       spec: {
-        ...(nodeName === undefined ? {} : { nodeName }),
+        ...(nodeName === undefined ? { affinity: preferNode(node1().layout.name) } : { nodeName }),
         terminationGracePeriodSeconds: 1,
         initContainers: [validationContainer()],
         containers: [
@@ -212,20 +220,30 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
     const name = node.layout.name;
     const state = loadState();
     assert.ok(state !== undefined, 'the cluster state');
+    const agentBefore = await agentOn(name);
     const stoppedAt = Date.now();
     let startedAt = 0;
-    // Unpinned: the scheduler may place them on either node, node 1 while the API still says Ready.
+    // Not pinned: the scheduler may place them on either node (node 1 preferred), on node 1 while
+    // the API still says Ready.
     const { samples, names } = await duringEvent('sidecar-reboot', undefined, async () => {
       await restartNode(state, node, cluster.controlPlane, ['install-cni']);
       startedAt = Date.now();
       await waitFor(
-        `${name} Ready again, its agent Ready`,
+        `${name} Ready and NetworkReady again, its agent restarted by kubelet and Ready`,
         async () => {
           const agent = await agentOn(name);
           const ready = (
             await api().must<{ status?: { conditions?: { type: string; status: string }[] } }>('GET', `/api/v1/nodes/${name}`)
           ).status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
-          return ready === true && agent !== undefined && isReady(agent) ? true : undefined;
+          const info = JSON.parse(await node.crictl(['info'])) as { status?: { conditions?: { type: string; status: boolean }[] } };
+          const networkReady = info.status?.conditions?.some((c) => c.type === 'NetworkReady' && c.status);
+          return ready === true &&
+            networkReady === true &&
+            agent !== undefined &&
+            agentRestarts(agent) > agentRestarts(agentBefore) &&
+            isReady(agent)
+            ? true
+            : undefined;
         },
         180_000,
         () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
@@ -259,7 +277,8 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
       samples.filter((s) => s.at >= stoppedAt),
       names,
       `; ${name}: CRI down ${unreachable.length} samples, not ready for ${windowS.toFixed(1)} s (${notReadySamples.length} samples, ` +
-        `from ${(((firstNotReadySample?.at ?? startedAt) - startedAt) / 1000).toFixed(1)} s after containerd and kubelet were started), ` +
+        `from ${(((firstNotReadySample?.at ?? stoppedAt) - stoppedAt) / 1000).toFixed(1)} s after the stop began; containerd and kubelet ` +
+        `were up again ${((startedAt - stoppedAt) / 1000).toFixed(1)} s after it), ` +
         `${onNode1.length} of the pods scheduled to ${name}, ${created.length} sandboxes created there after the stop, the first ` +
         `${created.length === 0 ? '-' : `${((firstSandbox - (lastNotReady?.at ?? startedAt)) / 1000).toFixed(1)} s after the last not-ready sample`}` +
         firstNotReady(samples.filter((s) => s.at >= stoppedAt)),
