@@ -213,7 +213,7 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
     await assertNeverNotReady(t, 'agent killed', samples, names);
   });
 
-  it('3 node 1 restarted (kubelet, agent and containerd stopped, run dir emptied): NotReady until ADDs can be served, then Ready; no sandbox on node 1 before; every pod captured', {
+  it('3 node 1 restarted (kubelet, agent and containerd stopped, run dir emptied): kubelet starts the agent again, the node ends Ready; NotReady only while the agent runs unready, no sandbox on node 1 meanwhile; every pod captured', {
     timeout: 600_000,
   }, async (t) => {
     const node = node1();
@@ -253,7 +253,6 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
     const captured = await assertCaptured(names);
 
     const mine = samples.filter((s) => s.node === name && s.at >= stoppedAt);
-    const afterStart = mine.filter((s) => s.at >= startedAt);
     const notReadySamples = mine.filter(notReady);
     const lastNotReady = notReadySamples.at(-1);
     const firstNotReadySample = notReadySamples[0];
@@ -284,14 +283,12 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
         firstNotReady(samples.filter((s) => s.at >= stoppedAt)),
     );
 
-    assert.ok(
-      afterStart.some((s) => s.networkReady === false),
-      `${name} reported NetworkReady=false after its restart, before its agent or degraded mode could serve an ADD`,
-    );
+    // STATUS fails only while an agent runs and is not ready yet: with none answering, kubelet must
+    // be able to start it (a pod-network pod, which kubelet never starts on a network-not-ready node).
     assert.deepEqual(
-      afterStart.filter((s) => s.networkReady === true && !s.kubeconfig),
+      mine.filter((s) => s.networkReady === false && !s.networkMessage.includes('istio-cni node agent is not ready')),
       [],
-      `${name}: NetworkReady=true only once the agent wrote the plugin's kubeconfig`,
+      `${name}: NetworkReady=false only while its agent ran and was not ready`,
     );
     const tail = mine.at(-1);
     assert.ok(
