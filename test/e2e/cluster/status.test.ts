@@ -126,6 +126,8 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
       await event();
     } finally {
       await pods.stop();
+      // Always: a sampler left running would keep the test process alive.
+      await sampler.stop();
     }
     return { samples: await sampler.stop(), names: await pods.stop() };
   };
