@@ -272,6 +272,13 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
       .map((s) => ({ pod: s.metadata.name, at: Number(BigInt(s.createdAt) / 1_000_000n) }))
       .filter((s) => s.at >= stoppedAt);
     const firstSandbox = Math.min(...created.map((s) => s.at));
+    const events = await api().must<{ items: { involvedObject?: { name?: string }; count?: number }[] }>(
+      'GET',
+      `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent('reason=FailedCreatePodSandBox')}`,
+    );
+    const failedSandboxes = events.items
+      .filter((e) => names.includes(e.involvedObject?.name ?? ''))
+      .reduce((sum, e) => sum + (e.count ?? 1), 0);
     report(
       t,
       'node restart',
@@ -281,7 +288,8 @@ describe('CNI STATUS on containerd 2.x with a 1.1.0 primary conflist: the node n
         `from ${(((firstNotReadySample?.at ?? stoppedAt) - stoppedAt) / 1000).toFixed(1)} s after the stop began; containerd and kubelet ` +
         `were up again ${((startedAt - stoppedAt) / 1000).toFixed(1)} s after it), ` +
         `${onNode1.length} of the pods scheduled to ${name}, ${created.length} sandboxes created there after the stop, the first ` +
-        `${created.length === 0 ? '-' : `${((firstSandbox - (lastNotReady?.at ?? startedAt)) / 1000).toFixed(1)} s after the last not-ready sample`}` +
+        `${created.length === 0 ? '-' : `${((firstSandbox - (lastNotReady?.at ?? startedAt)) / 1000).toFixed(1)} s after ${lastNotReady === undefined ? 'containerd and kubelet were up again' : 'the last not-ready sample'}`}; ` +
+        `${failedSandboxes} failed sandbox creation(s) among them` +
         firstNotReady(samples.filter((s) => s.at >= stoppedAt)),
     );
 
