@@ -2,9 +2,10 @@
 # The rig (etcd, kube-apiserver, crictl, cnitool, helm, containerd 2.x + runc, the reference CNI
 # plugins, a local pause image) is built from package registries into the git-ignored .e2e-cache/;
 # only the first run pays.
-# The cluster scenarios (test/e2e/cluster/, also `make e2e-cluster`) run last, on a kubelet cluster of
-# their own built from the node image (mk/image.mk makes `e2e` depend on `image`).
-E2E_TESTS := test/e2e/*.test.ts test/e2e/cluster/*.test.ts
+# The cluster scenarios (test/e2e/cluster/, `make e2e-cluster`'s run-cluster-tests in mk/cluster.mk)
+# run last, on kubelet clusters of their own built from the node image (mk/image.mk makes `e2e`
+# depend on `image`).
+E2E_TESTS := test/e2e/*.test.ts
 
 .PHONY: e2e-rig e2e manifests
 
@@ -14,6 +15,7 @@ e2e-rig:
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
 e2e: setup e2e-rig build
 	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
+	$(run-cluster-tests)
 
 # Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm, for the rig's Kubernetes version.
 manifests: e2e-rig

@@ -382,9 +382,10 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
       binDir: rig.containerd.cniBinDir,
       allowFailure: true,
     });
-    // Degraded mode has just served a sidecar pod: the node can take pods, so STATUS succeeds.
-    assert.equal(status.exitCode, 0, `STATUS succeeds while degraded mode can decide pods: ${status.stderr}${status.stdout}`);
-    // Without the kubeconfig degraded mode cannot read a pod: STATUS says so, naming both causes.
+    // The agent is down: STATUS succeeds (only kubelet can bring the agent back, which it does not
+    // for a pod-network pod while the runtime reports the network not ready), with or without the
+    // kubeconfig degraded mode needs.
+    assert.equal(status.exitCode, 0, `STATUS succeeds with the agent down: ${status.stderr}${status.stdout}`);
     const kubeconfigAside = `${node.kubeconfigPath}.aside`;
     renameSync(node.kubeconfigPath, kubeconfigAside);
     try {
@@ -393,8 +394,7 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
         binDir: rig.containerd.cniBinDir,
         allowFailure: true,
       });
-      assert.notEqual(without.exitCode, 0, 'STATUS reports the plugin unavailable with the agent down and no kubeconfig');
-      assert.match(without.stderr + without.stdout, /not reachable.*degraded mode cannot decide pods either/s);
+      assert.equal(without.exitCode, 0, `STATUS succeeds with the agent down and no kubeconfig: ${without.stderr}${without.stdout}`);
     } finally {
       renameSync(kubeconfigAside, node.kubeconfigPath);
     }

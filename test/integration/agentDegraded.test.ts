@@ -131,22 +131,18 @@ for (const variant of variants)
       assert.doesNotMatch(await netnsRuleset(net.pod.path), ANY_ISTIO_STATE);
     });
 
-    it('STATUS (CNI 1.1.0): 0 while degraded mode can decide pods; 50 with ambient on or the token rejected', async () => {
+    it('STATUS (CNI 1.1.0) with the daemon down: 0 whether degraded mode could decide pods or not (ambient on, token rejected)', async () => {
       const status = (extra: Record<string, unknown> = {}) =>
         rig.exec('STATUS', plainPod('default', 'plain-0'), { netns: '', containerId: '' }, { cniVersion: '1.1.0', ...extra });
       const ok = await status();
       assert.equal(ok.code, 0, `stdout: ${ok.stdout}\nstderr: ${ok.stderr}`);
       const ambient = await status(AMBIENT_CONF);
-      assert.equal(ambient.code, 1, ambient.stdout);
-      assert.equal(cniError(ambient.stdout).code, 50);
-      assert.match(cniError(ambient.stdout).msg, /not reachable.*only the agent can enrol an ambient pod/);
+      assert.equal(ambient.code, 0, ambient.stdout);
       const token = rig.api.token;
       rig.api.setToken('rotated-token');
       try {
         const rejected = await status();
-        assert.equal(rejected.code, 1, rejected.stdout);
-        assert.equal(cniError(rejected.stdout).code, 50);
-        assert.match(cniError(rejected.stdout).msg, /degraded mode cannot decide pods either: Unauthorized/);
+        assert.equal(rejected.code, 0, rejected.stdout);
       } finally {
         rig.api.setToken(token);
       }

@@ -20,6 +20,13 @@ import { isOwnedMode, type Settings } from './settings/settings.ts';
 type Services = typeof import('./daemonServices.ts');
 const loadServices = (): Promise<Services> => import('./daemonServices.ts');
 
+/**
+ * On cleanup, how long the plugin binary and kubeconfig stay after the config no longer chains the
+ * plugin: containerd 2.x runs STATUS with its cached list until it reloads (docs/architecture.md,
+ * "Degraded mode", STATUS); a missing binary there reports the node's network not ready.
+ */
+const RUNTIME_RELOAD_GRACE_MS = 2_000;
+
 export interface DaemonOptions {
   settings: Settings;
   logger: Logger;
@@ -83,6 +90,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     settings: installerSettings(settings),
     logger: logger.with({ component: 'installer' }),
     ...(opts.throttle ? { throttle: opts.throttle } : {}),
+    runtimeReloadGraceMs: RUNTIME_RELOAD_GRACE_MS,
     onReadyChange: (ready) => {
       readiness.install = ready;
       readinessChanged();

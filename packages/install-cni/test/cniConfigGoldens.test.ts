@@ -388,4 +388,30 @@ describe('cleanupInstall (inputs.md §5.7)', () => {
       assert.deepEqual(report.binaryKeptFor, []);
     });
   }
+
+  it('unchains the plugin first, then waits for the runtime to reload before removing the kubeconfig and binary', async (t) => {
+    const netDir = await tempDir(t);
+    const binDir = await tempDir(t);
+    await seed(netDir, { 'list.conflist': 'list-with-istio.conflist' });
+    await writeFile(join(binDir, 'istio-cni'), '');
+    await writeFile(join(netDir, 'kubeconfig'), '');
+    const configPath = join(netDir, 'list.conflist');
+    const seen: string[] = [];
+    await cleanupInstall({
+      netDir,
+      chained: true,
+      owned: false,
+      configs: [{ path: configPath, record: undefined }],
+      kubeconfigPath: join(netDir, 'kubeconfig'),
+      binTargetDirs: [binDir],
+      runtimeReload: async () => {
+        seen.push((await readFile(configPath, 'utf8')).includes('istio-cni') ? 'chained' : 'unchained');
+        seen.push(existsSync(join(netDir, 'kubeconfig')) ? 'kubeconfig' : 'no kubeconfig');
+        seen.push(existsSync(join(binDir, 'istio-cni')) ? 'binary' : 'no binary');
+      },
+    });
+    assert.deepEqual(seen, ['unchained', 'kubeconfig', 'binary']);
+    assert.equal(existsSync(join(netDir, 'kubeconfig')), false);
+    assert.equal(existsSync(join(binDir, 'istio-cni')), false);
+  });
 });

@@ -166,17 +166,23 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
     },
 
     async status(args, conf) {
-      // 0 exactly when an ADD of any pod this node may get would be handled now: the agent is ready,
-      // or degraded mode could decide it (docs/architecture.md "Degraded mode", STATUS). A runtime
-      // that calls STATUS (containerd 2.x) reports the node NotReady on an error.
+      // docs/architecture.md "Degraded mode", STATUS. A runtime that calls STATUS (containerd 2.x)
+      // reports the node NotReady on an error, and kubelet then starts no pod-network pod: not the
+      // agent's either, which runs in a pod netns. So with no agent answering, 0: only kubelet can
+      // bring it back, and an ADD meanwhile goes to degraded mode, which fails closed when it cannot
+      // decide. An agent that runs but is not ready yet gets ready by itself: 0 only if degraded mode
+      // could decide every pod meanwhile.
       const { config, log } = prepare(args, conf);
       let agentProblem: string;
       try {
         await askAgent(deps.agentFor(config), handoffRequest('STATUS', args, conf, emptyK8sArgs()));
         return;
       } catch (err) {
-        if (err instanceof AgentUnreachableError) agentProblem = `istio-cni node agent is not reachable (${err.message})`;
-        else if (err instanceof CniError && err.code === ErrorCode.PluginNotAvailable)
+        if (err instanceof AgentUnreachableError) {
+          log.debug('STATUS: agent not reachable; ready, so kubelet can start it', { error: err.message });
+          return;
+        }
+        if (err instanceof CniError && err.code === ErrorCode.PluginNotAvailable)
           agentProblem = `istio-cni node agent is not ready: ${err.message}`;
         else throw err;
       }

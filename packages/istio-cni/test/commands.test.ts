@@ -153,12 +153,20 @@ describe('createPluginFuncs', () => {
     }
   });
 
-  it('STATUS is 50 when the agent is unreachable or not ready and there is no degraded mode', async () => {
-    const down = createPluginFuncs({ logger, agentFor: () => fakeAgent(new AgentUnreachableError('gone')) });
-    await assert.rejects(
-      down.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
-      (e: unknown) => e instanceof CniError && e.code === 50 && /not reachable \(gone\)/.test(e.message),
-    );
+  it('STATUS is 0 when the agent is unreachable (kubelet must be able to start it), without asking degraded mode', async () => {
+    const asked: string[] = [];
+    const down = createPluginFuncs({
+      logger,
+      agentFor: () => fakeAgent(new AgentUnreachableError('gone')),
+      degraded: degradedStatusOnly(asked, 'kubeconfig missing'),
+    });
+    await down.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' }));
+    assert.deepEqual(asked, []);
+    const noDegraded = createPluginFuncs({ logger, agentFor: () => fakeAgent(new AgentUnreachableError('gone')) });
+    await noDegraded.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' }));
+  });
+
+  it('STATUS is 50 when the agent is not ready and there is no degraded mode', async () => {
     const notReady = createPluginFuncs({
       logger,
       agentFor: () => fakeAgent({ protocol: 1, error: { code: 50, msg: 'watches not synced' } }),
@@ -180,11 +188,8 @@ describe('createPluginFuncs', () => {
     assert.deepEqual(asked, []);
   });
 
-  it('STATUS with the agent down or not ready follows whether degraded mode could decide pods', async () => {
-    for (const agent of [
-      new AgentUnreachableError('gone'),
-      { protocol: 1, error: { code: 50, msg: 'pod watch not synced yet' } },
-    ] as const) {
+  it('STATUS with the agent not ready follows whether degraded mode could decide pods', async () => {
+    for (const agent of [{ protocol: 1, error: { code: 50, msg: 'pod watch not synced yet' } }] as const) {
       const asked: string[] = [];
       const able = createPluginFuncs({ logger, agentFor: () => fakeAgent(agent), degraded: degradedStatusOnly(asked, undefined) });
       await able.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' }));
@@ -197,7 +202,7 @@ describe('createPluginFuncs', () => {
       await assert.rejects(
         unable.status(args('STATUS', ''), conf({ cniVersion: '1.1.0' })),
         (e: unknown) =>
-          e instanceof CniError && e.code === 50 && /istio-cni node agent is not (reachable|ready).*; kubeconfig missing$/.test(e.message),
+          e instanceof CniError && e.code === 50 && /istio-cni node agent is not ready.*; kubeconfig missing$/.test(e.message),
       );
     }
   });

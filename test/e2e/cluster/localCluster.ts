@@ -23,6 +23,8 @@ export interface LocalClusterOptions {
   imageTar: string;
   /** Extra chart values, `key=value`. */
   chartSet?: readonly string[];
+  /** The nodes' primary conflist `cniVersion` (default: E2E_PRIMARY_CNI_VERSION, see layout.ts). */
+  primaryCniVersion?: string;
   log?: (line: string) => void;
 }
 
@@ -83,7 +85,7 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
   const running: RunningNode[] = [];
   for (const node of nodes) {
     log(`${node.name}: containerd (importing ${relative(REPO_ROOT, imageTar)}, the pause and workload images), kubelet`);
-    running.push(await startNode(state, node, controlPlane, [imageTar, workloadTar]));
+    running.push(await startNode(state, node, controlPlane, [imageTar, workloadTar], options.primaryCniVersion));
   }
   for (const node of running) {
     await requireImage(node, image, imageTar);
@@ -127,6 +129,16 @@ export async function helm(args: readonly string[]): Promise<void> {
 export async function helmInstall(ref: string, extraSet: readonly string[] = []): Promise<void> {
   const sets = [`image=${ref}`, 'pullPolicy=Never', ...extraSet].flatMap((s) => ['--set', s]);
   await helm(['install', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--create-namespace', ...sets]);
+}
+
+/** What `kubectl rollout restart` does: a new template annotation, so every agent pod is replaced. */
+export async function restartDaemonSet(controlPlane: ControlPlane): Promise<void> {
+  await controlPlane.api.must(
+    'PATCH',
+    `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`,
+    { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': new Date().toISOString() } } } } },
+    { contentType: 'application/strategic-merge-patch+json' },
+  );
 }
 
 interface DaemonSetStatus {

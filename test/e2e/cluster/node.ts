@@ -6,7 +6,7 @@ import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
-import { forkedChild, isRunning, startDetached, waitForDetached } from './detached.ts';
+import { forkedChild, isRunning, startDetached, stopDetached, waitForDetached } from './detached.ts';
 import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
 
@@ -116,6 +116,7 @@ export async function startNode(
   node: NodeLayout,
   controlPlane: ControlPlane,
   imageTars: readonly string[],
+  primaryCniVersion = PRIMARY_CNI_VERSION,
 ): Promise<RunningNode> {
   const holder = await startHolder(state, node);
   createCgroupRoot(state, node.cgroupRoot);
@@ -129,7 +130,7 @@ export async function startNode(
     subnet: node.podCidr,
     fileName: '10-bridge.conflist',
     ipMasq: false,
-    cniVersion: PRIMARY_CNI_VERSION,
+    cniVersion: primaryCniVersion,
   });
   await addKubernetesServiceDnat(holder);
 
@@ -316,6 +317,40 @@ async function startContainerd(
     60_000,
   );
   return { containerd, containerdSocket, crictl };
+}
+
+/**
+ * A node restart short of its namespaces (the holder, its netns and mounts stay): kubelet stopped,
+ * then the named containers (SIGKILL, so nothing of theirs cleans up), then containerd; the node's
+ * `/run/istio-cni` emptied, as a reboot empties the tmpfs `/run`; containerd and kubelet started again.
+ * Other containers keep running under their shims, which the new containerd picks up.
+ */
+export async function restartNode(
+  state: ClusterState,
+  node: RunningNode,
+  controlPlane: ControlPlane,
+  stopContainers: readonly string[],
+): Promise<void> {
+  // startInNode records each new process; the stopped one's record goes.
+  const forget = (old: ProcessRecord) => {
+    state.processes = state.processes.filter((p) => !(p.pid === old.pid && p.startTime === old.startTime));
+    saveState(state);
+  };
+  await stopDetached(node.kubelet);
+  for (const name of stopContainers) {
+    for (const id of (await node.crictl(['ps', '--name', `^${name}$`, '-q'])).split('\n').filter(Boolean)) {
+      await node.crictl(['stop', '--timeout', '0', id]);
+    }
+  }
+  await stopDetached(node.containerd);
+  const runDir = nodePrivateDir(node.layout, '/run/istio-cni');
+  for (const entry of readdirSync(runDir)) rmSync(join(runDir, entry), { recursive: true, force: true });
+  const { containerd } = await startContainerd(state, node.layout, node.holder);
+  forget(node.containerd);
+  node.containerd = containerd;
+  const kubelet = await startKubelet(state, node.layout, controlPlane, node.holder, node.containerdSocket);
+  forget(node.kubelet);
+  node.kubelet = kubelet;
 }
 
 async function startKubelet(

@@ -13,7 +13,16 @@ import type { KubeClient } from '../support/kubeClient.ts';
 import { podRules, probeTraffic, type StartedPod } from '../support/pods.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
-import { bringUp, DAEMONSET, describeNamespace, helm, helmInstall, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
+import {
+  bringUp,
+  DAEMONSET,
+  describeNamespace,
+  helm,
+  helmInstall,
+  restartDaemonSet,
+  waitDaemonSetReady,
+  type LocalCluster,
+} from './localCluster.ts';
 import { nodePrivateDir, nodeProcPath, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
@@ -271,13 +280,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
       }
     }, 100);
     try {
-      // What `kubectl rollout restart` does: a new template annotation, so every pod is replaced.
-      await api().must(
-        'PATCH',
-        `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`,
-        { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': new Date().toISOString() } } } } },
-        { contentType: 'application/strategic-merge-patch+json' },
-      );
+      await restartDaemonSet(cluster.controlPlane);
       await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
       await waitAgentsReplaced(oldPods);
     } finally {

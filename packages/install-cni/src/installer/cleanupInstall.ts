@@ -20,6 +20,12 @@ export interface CleanupOptions {
   configs: readonly { path: string; record: ConfigRecord | undefined }[];
   kubeconfigPath: string;
   binTargetDirs: readonly string[];
+  /**
+   * Awaited after a config changed, before the kubeconfig and the binary go: the runtime reloads
+   * its CNI config asynchronously (containerd on an fsnotify event), and a STATUS or ADD it runs
+   * with the old list meanwhile still execs the plugin, which needs both.
+   */
+  runtimeReload?: () => Promise<void>;
   logger?: Logger;
 }
 
@@ -97,6 +103,10 @@ export async function cleanupInstall(o: CleanupOptions): Promise<CleanupReport> 
   for (const { path, record } of o.configs) {
     if (path === '' || configs.some((c) => c.path === path)) continue;
     configs.push({ path, result: await cleanupConfig(o, path, record) });
+  }
+  if (o.runtimeReload !== undefined && configs.some((c) => c.result !== 'untouched' && c.result !== 'absent')) {
+    o.logger?.info('letting the runtime reload its CNI config before removing the plugin');
+    await o.runtimeReload();
   }
   let kubeconfigRemoved = false;
   if (o.kubeconfigPath !== '' && existsSync(o.kubeconfigPath)) {

@@ -49,6 +49,8 @@ export interface InstallerOptions {
   metrics?: InstallMetrics;
   onReadyChange?: (ready: boolean) => void;
   throttle?: Partial<ThrottleOptions>;
+  /** How long cleanup leaves the plugin and kubeconfig in place after unchaining it (see cleanupInstall's runtimeReload). */
+  runtimeReloadGraceMs?: number;
 }
 
 /** A failed pass; `result` is the metric label it was counted under. */
@@ -74,6 +76,7 @@ export class Installer {
   readonly #unreported = new Map<InstallResult, number>();
   readonly #onReadyChange: ((ready: boolean) => void) | undefined;
   readonly #throttleOptions: Partial<ThrottleOptions>;
+  readonly #runtimeReloadGraceMs: number;
   readonly #state: CheckState = { configPath: '', primaryName: '' };
   readonly #records = new Map<string, ConfigRecord>();
   #verified: VerifiedCopies = new Map();
@@ -96,6 +99,7 @@ export class Installer {
     this.#metrics = o.metrics;
     this.#onReadyChange = o.onReadyChange;
     this.#throttleOptions = o.throttle ?? {};
+    this.#runtimeReloadGraceMs = o.runtimeReloadGraceMs ?? 0;
   }
 
   get ready(): boolean {
@@ -401,6 +405,9 @@ export class Installer {
       configs,
       kubeconfigPath: this.kubeconfigPath,
       binTargetDirs: this.#s.cniBinTargetDirs,
+      ...(this.#runtimeReloadGraceMs > 0
+        ? { runtimeReload: () => new Promise<void>((r) => setTimeout(r, this.#runtimeReloadGraceMs)) }
+        : {}),
       logger: this.#log,
     });
   }
