@@ -146,6 +146,10 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
 
   after(async () => {
     for (const pod of pods) await removePod(rig.containerd, pod).catch(() => undefined);
+    // Not an upgrade: without the DaemonSet, SIGTERM removes the plugin.
+    await rig?.cluster.api
+      .request('DELETE', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`)
+      .catch(() => undefined);
     await node?.dispose();
     if (rig !== undefined) assert.deepEqual(await rig.stop(), [], 'the rig left host state behind');
   });
@@ -257,6 +261,8 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
       ['GET', '/api/v1/namespaces?watch=true&timeoutSeconds=1'],
       ['GET', `/api/v1/namespaces/${MESH_NS}/pods/sidecar-1`],
       ['GET', `/api/v1/namespaces/${MESH_NS}`],
+      // The upgrade check at shutdown reads its own DaemonSet, and only that one.
+      ['GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`],
     ];
     for (const [method, path] of allowed) {
       const res = await sa.request(method, path, undefined, { timeoutMs: 10_000 });
@@ -307,7 +313,14 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
           subjects: [{ kind: 'ServiceAccount', name: 'istio-cni', namespace: RELEASE_NAMESPACE }],
         },
       ],
-      ['GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`],
+      ['GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets`],
+      ['GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/another-daemonset`],
+      [
+        'PATCH',
+        `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`,
+        { spec: { template: { metadata: { labels: { hacked: 'true' } } } } },
+        merge,
+      ],
     ];
     for (const [method, path, body, options] of denied) {
       const res = await sa.request(method, path, body, options);
@@ -408,16 +421,28 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     });
   });
 
-  it('7. SIGTERM: cleanup leaves a working primary-only chain and a new pod still starts', SCENARIO, async () => {
-    assert.equal(await node.terminate(), 0, 'install-cni exits 0 on SIGTERM');
-    assert.deepEqual(readConflist(), JSON.parse(primaryConflist), 'the primary conflist is back to what the primary CNI wrote');
-    assert.equal(existsSync(join(rig.containerd.cniBinDir, 'istio-cni')), false, 'the plugin binary is removed');
-    assert.equal(existsSync(node.kubeconfigPath), false, 'the plugin kubeconfig is removed');
-    await waitContainerdCurrent();
-    const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-uninstall');
-    assert.match(pod.ip, /^10\.244\.250\.\d+$/);
-    assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false);
-  });
+  it(
+    '7. SIGTERM: a DaemonSet rollout keeps the plugin chained; after an uninstall, cleanup leaves a working primary-only chain and a new pod still starts',
+    SCENARIO,
+    async () => {
+      const chained = readConflist();
+      assert.equal(await node.terminate(), 0, 'install-cni exits 0 on SIGTERM');
+      assert.deepEqual(readConflist(), chained, 'the DaemonSet still targets the node (an upgrade): istio-cni stays chained');
+      assert.ok(existsSync(join(rig.containerd.cniBinDir, 'istio-cni')), 'the plugin binary stays');
+      assert.ok(existsSync(node.kubeconfigPath), 'the plugin kubeconfig stays');
+      await node.start();
+      // What `helm uninstall` does first; its RBAC and service account go after it.
+      await api().must('DELETE', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/istio-cni-node`);
+      assert.equal(await node.terminate(), 0, 'install-cni exits 0 on SIGTERM');
+      assert.deepEqual(readConflist(), JSON.parse(primaryConflist), 'the primary conflist is back to what the primary CNI wrote');
+      assert.equal(existsSync(join(rig.containerd.cniBinDir, 'istio-cni')), false, 'the plugin binary is removed');
+      assert.equal(existsSync(node.kubeconfigPath), false, 'the plugin kubeconfig is removed');
+      await waitContainerdCurrent();
+      const pod = await startPod('sidecar', MESH_NS, 'sidecar-after-uninstall');
+      assert.match(pod.ip, /^10\.244\.250\.\d+$/);
+      assert.equal(hasSidecarCapture(await podRules(pod.netnsPath)), false);
+    },
+  );
 
   it(
     '10. repair: a sidecar pod started without the plugin, its validation exiting 126, is repaired in place and captured',

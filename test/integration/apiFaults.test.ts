@@ -83,12 +83,16 @@ for (const variant of variants)
       const closed = rig.proxy!.counts.closedOnReuse;
       rig.proxy!.closeIdleOnReuse(true);
       try {
-        const { first } = await burst(t);
-        assert.deepEqual(
-          first.filter((c) => c !== 0),
-          [],
-          'no ADD needed a retry',
-        );
+        // A machine slow enough that no pooled socket is reused within the client's idle limit
+        // exercises nothing: burst again (at most three times) until some connection was reused.
+        for (let attempt = 1; attempt <= 3 && rig.proxy!.counts.closedOnReuse === closed; attempt++) {
+          const { first } = await burst(t);
+          assert.deepEqual(
+            first.filter((c) => c !== 0),
+            [],
+            'no ADD needed a retry',
+          );
+        }
       } finally {
         rig.proxy!.closeIdleOnReuse(false);
       }

@@ -35,10 +35,12 @@ describe('install-cni executable (from source)', () => {
     );
   });
 
-  it('SIGTERM shuts down cleanly and restores the node', async (t) => {
+  it('SIGTERM with the upgrade check off shuts down cleanly and restores the node', async (t) => {
     const host = await scratchHost(t);
     await seedOrdered(host.netDir, ['minikube_cni.conf']);
-    const child = execFile(NODE, [MAIN], { env: { PATH: process.env.PATH ?? '', ...env(host, { MONITORING_PORT: '0' }) } });
+    // The test API is unreachable, which the upgrade check would answer by keeping the plugin.
+    const settings = env(host, { MONITORING_PORT: '0', AMBIENT_DISABLE_SAFE_UPGRADE: 'true' });
+    const child = execFile(NODE, [MAIN], { env: { PATH: process.env.PATH ?? '', ...settings } });
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     t.after(() => {
       if (child.exitCode === null) child.kill('SIGKILL');

@@ -3,6 +3,7 @@ import { errorMessage } from '@istio-cni/cni';
 import type { HandoffServer } from './agent/handoffServer.ts';
 import type { NodeAgent } from './agent/startNodeAgent.ts';
 import { Installer, installerSettings } from './installer/installer.ts';
+import { removeUpgradeHandover, writeUpgradeHandover } from './installer/upgradeHandover.ts';
 import type { ThrottleOptions } from './installer/installThrottle.ts';
 import type { DaemonSetLookup } from './installer/upgradeSafety.ts';
 import type { LogSinkServer } from './logSink/logSinkServer.ts';
@@ -22,7 +23,7 @@ export interface DaemonOptions {
   logger: Logger;
   /** Where re-emitted plugin log lines go (default: stdout, like the daemon's own log). */
   pluginLogSink?: (line: string) => void;
-  /** DaemonSet lookup for the upgrade-safe shutdown; only consulted with ambient on. */
+  /** DaemonSet lookup for the upgrade-safe shutdown (default: the node agent's). */
   upgradeLookup?: DaemonSetLookup;
   throttle?: Partial<ThrottleOptions>;
   /** KUBECONFIG for the agent's own API access; in-cluster credentials are used otherwise. */
@@ -67,7 +68,19 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     installer.attachMetrics(metrics);
     // Optional readiness taint (not upstream): lifted once installed and synced, never re-added.
     const taint = startNodeTaintRemover({ settings, kubeconfigPath: opts.kubeconfigPath, logger });
-    readinessChanged = () => taint?.readinessChanged(readiness.install && readiness.agent);
+    let handedOver = false;
+    readinessChanged = () => {
+      taint?.readinessChanged(readiness.install && readiness.agent);
+      // As /readyz: from here on the plugin's STATUS no longer needs the predecessor's hand-over.
+      if (readiness.install && (readiness.agent || !settings.ambientEnabled) && !handedOver) {
+        handedOver = true;
+        removeUpgradeHandover(settings.cniAgentRunDir).catch((err: unknown) =>
+          logger.warn('could not remove the upgrade hand-over file', { error: errorMessage(err) }),
+        );
+      }
+    };
+    // The installer's first pass may have reported ready before this was set.
+    readinessChanged();
     if (taint) closers.push(async () => taint.stop());
     let metricsServer: HttpServerHandle | undefined;
     if (settings.monitoringPort > 0) {
@@ -117,7 +130,10 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
           agentFailure.abort(err);
         },
       );
-    } else readiness.agent = true;
+    } else {
+      readiness.agent = true;
+      readinessChanged();
+    }
     opts.onStarted?.({ readinessPort: health.port, metricsPort: metricsServer?.port, installer });
     await installer.run(AbortSignal.any([signal, agentFailure.signal]));
     if (agentFailure.signal.aborted) throw agentFailure.signal.reason;
@@ -136,8 +152,13 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       lookup: opts.upgradeLookup ?? agent?.upgradeLookup,
       logger,
     });
-    if (keep) logger.info('upgrade or reboot: leaving the plugin, its config and kubeconfig in place');
-    else await installer.cleanup();
+    if (keep) {
+      logger.info('upgrade or reboot: leaving the plugin, its config and kubeconfig in place');
+      await writeUpgradeHandover(settings.cniAgentRunDir);
+    } else {
+      await installer.cleanup();
+      await removeUpgradeHandover(settings.cniAgentRunDir);
+    }
     // In-pod rules of running pods are never removed; node-level ambient state only when not upgrading.
     await agent?.stop(!keep);
   } catch (err) {

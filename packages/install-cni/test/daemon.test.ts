@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { runDaemon } from '../src/daemon.ts';
 import type { Installer } from '../src/installer/installer.ts';
+import type { DaemonSetLookup } from '../src/installer/upgradeSafety.ts';
 import { resolveSettings } from '../src/settings/settings.ts';
 import { captureLogger, daemonTestEnv as env, scratchHost, seedOrdered, waitFor } from './testHelpers.ts';
 
@@ -17,8 +18,12 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+/** The upgrade check's answer: `helm uninstall` (DaemonSet gone) or a rollout (still there, targeting the node). */
+const uninstall: DaemonSetLookup = { lookup: async () => ({ kind: 'not-found' }) };
+const rollout: DaemonSetLookup = { lookup: async () => ({ kind: 'present', deleting: false, targetsThisNode: true }) };
+
 describe('daemon', () => {
-  it('starts metrics, log sink, health and hand-off before installing; ready; cleans up on shutdown', async (t) => {
+  it('starts metrics, log sink, health and hand-off before installing; ready; cleans up on shutdown when uninstalled', async (t) => {
     const host = await scratchHost(t);
     await seedOrdered(host.netDir, ['calico.conflist']);
     const before = await readFile(join(host.netDir, '00-calico.conflist'));
@@ -33,6 +38,7 @@ describe('daemon', () => {
         settings,
         logger: log.logger,
         pluginLogSink: () => undefined,
+        upgradeLookup: uninstall,
         onStarted: (info) => {
           started = info;
           // The hand-off socket exists before the plugin is installed (as upstream).
@@ -58,6 +64,53 @@ describe('daemon', () => {
     assert.equal(existsSync(join(host.binDir, 'istio-cni')), false);
     assert.equal(existsSync(join(host.runDir, 'istio-cni-kubeconfig')), false);
     assert.equal(existsSync(join(host.runDir, 'log.sock')), false);
+  });
+
+  it('sidecar mode, a DaemonSet rollout: shutdown leaves the plugin, its conflist entry and kubeconfig', async (t) => {
+    const host = await scratchHost(t);
+    await seedOrdered(host.netDir, ['calico.conflist']);
+    const settings = resolveSettings({}, env(host, { MONITORING_PORT: '0' }), { hostname: () => 'n' });
+    assert.equal(settings.ambientEnabled, false);
+    const controller = new AbortController();
+    let started: { readinessPort: number } | undefined;
+    const running = runDaemon(
+      { settings, logger: captureLogger().logger, pluginLogSink: () => undefined, upgradeLookup: rollout, onStarted: (i) => (started = i) },
+      controller.signal,
+    );
+    t.after(() => controller.abort());
+    const info = await waitFor('started', () => started);
+    const readyz = `http://127.0.0.1:${info.readinessPort}/readyz`;
+    await waitFor('readyz 200', async () => ((await fetch(readyz)).status === 200 ? true : undefined));
+    const chained = await readFile(join(host.netDir, '00-calico.conflist'), 'utf8');
+    assert.match(chained, /"type": ?"istio-cni"/);
+    controller.abort('SIGTERM');
+    await running;
+    assert.equal(await readFile(join(host.netDir, '00-calico.conflist'), 'utf8'), chained);
+    assert.equal(existsSync(join(host.binDir, 'istio-cni')), true);
+    assert.equal(existsSync(join(host.runDir, 'istio-cni-kubeconfig')), true);
+    // The hand-over file tells the plugin's STATUS a successor is on the way; the successor removes it once ready.
+    assert.equal((await stat(join(host.runDir, 'upgrade-handover'))).mode & 0o777, 0o600);
+    const successor = new AbortController();
+    let restarted: { readinessPort: number } | undefined;
+    const second = runDaemon(
+      {
+        settings,
+        logger: captureLogger().logger,
+        pluginLogSink: () => undefined,
+        upgradeLookup: uninstall,
+        onStarted: (i) => (restarted = i),
+      },
+      successor.signal,
+    );
+    t.after(() => successor.abort());
+    const again = await waitFor('restarted', () => restarted);
+    await waitFor('readyz 200', async () =>
+      (await fetch(`http://127.0.0.1:${again.readinessPort}/readyz`)).status === 200 ? true : undefined,
+    );
+    await waitFor('hand-over file removed', async () => (existsSync(join(host.runDir, 'upgrade-handover')) ? undefined : true));
+    successor.abort('SIGTERM');
+    await second;
+    assert.equal(existsSync(join(host.runDir, 'upgrade-handover')), false, 'an uninstall leaves no hand-over file');
   });
 
   it('a fatal first pass stops the daemon after cleaning up what it installed', async (t) => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { redirectFromPod, type Namespace, type Pod } from '@istio-cni/capture';
 import { CniError, parseNetConf } from '@istio-cni/cni';
-import { createJsonLogger, parsePluginConfig } from '@istio-cni/handoff';
+import { UPGRADE_HANDOVER_GRACE_MS, createJsonLogger, parsePluginConfig } from '@istio-cni/handoff';
 import { PodNetnsRefusedError } from '@istio-cni/dataplane/sidecar';
 
 import { ApiRequestError, ApiUnauthorizedError } from '../src/degraded/apiReader.ts';
@@ -192,6 +192,22 @@ describe('degraded STATUS (agent not ready)', () => {
     });
     assert.match(reason ?? '', /only the agent can enrol an ambient pod/);
     assert.equal(probes, 0);
+  });
+
+  it('can while an agent that stopped for an upgrade handed over less than the grace ago, without asking the API', async () => {
+    for (const ambient of [false, true]) {
+      let probes = 0;
+      const probe = async () => {
+        probes++;
+        throw new Error('Unauthorized');
+      };
+      assert.equal(await degradedStatus(config(ambient), probe, async () => 5_000), undefined);
+      assert.equal(probes, 0);
+      // A stale hand-over (the successor never came) or a clock gone backwards counts for nothing.
+      for (const age of [UPGRADE_HANDOVER_GRACE_MS, -1]) {
+        assert.notEqual(await degradedStatus(config(ambient), probe, async () => age), undefined);
+      }
+    }
   });
 
   it('cannot when the probe fails, naming what the API answered', async () => {

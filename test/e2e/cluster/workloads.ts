@@ -163,18 +163,26 @@ export function summarizeUpgradeFailures(
 export interface GapWatch {
   /** Stops watching; the stretches during which `present` was false, in ms, in order. */
   stop(): { from: number; to: number }[];
+  /** How many times `present` was sampled, and how many of those found it false. */
+  samples(): { taken: number; missing: number };
 }
 
 /** Samples `present` every `everyMs` and records when it stopped and started holding again. */
 export function watchGaps(present: () => boolean, everyMs: number): GapWatch {
   const gaps: { from: number; to: number }[] = [];
   let missingSince: number | undefined;
+  let taken = 0;
+  let missing = 0;
   const sample = () => {
     const now = Date.now();
+    taken++;
     if (present()) {
       if (missingSince !== undefined) gaps.push({ from: missingSince, to: now });
       missingSince = undefined;
-    } else missingSince ??= now;
+    } else {
+      missing++;
+      missingSince ??= now;
+    }
   };
   sample();
   const timer = setInterval(sample, everyMs);
@@ -185,5 +193,6 @@ export function watchGaps(present: () => boolean, everyMs: number): GapWatch {
       if (missingSince !== undefined) gaps.push({ from: missingSince, to: Date.now() });
       return gaps;
     },
+    samples: () => ({ taken, missing }),
   };
 }

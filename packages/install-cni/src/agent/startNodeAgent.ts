@@ -46,8 +46,8 @@ export interface NodeAgent {
   notReadyReason(): string | undefined;
   /** This node's pod informer, which repair shares when its selectors are the same. */
   pods: PodWatch;
-  /** The DaemonSet lookup for the upgrade-safe shutdown (ambient only). */
-  upgradeLookup?: DaemonSetLookup;
+  /** The DaemonSet lookup for the upgrade-safe shutdown (sidecar and ambient). */
+  upgradeLookup: DaemonSetLookup;
   /** `cleanup`: not an upgrade, so node-level ambient state (host rules, probe sets) goes too. */
   stop(cleanup: boolean): Promise<void>;
 }
@@ -101,9 +101,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     pods: cluster.pods,
     ready,
     notReadyReason,
-    ...(options.ambientEnabled
-      ? { upgradeLookup: createDaemonSetLookup(kube, options.podNamespace, () => nodeLabels(kube, options.nodeName)) }
-      : {}),
+    upgradeLookup: createDaemonSetLookup(kube, options.podNamespace, () => nodeLabels(kube, options.nodeName)),
     async stop(cleanup) {
       cluster.stop();
       const a = ambient ?? (await ambientStarting?.catch(() => undefined));

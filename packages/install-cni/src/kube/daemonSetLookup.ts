@@ -2,6 +2,8 @@ import { KubeApiError, daemonSetPath, type KubeClient } from '@istio-cni/kube';
 import type { DaemonSetLookup, DaemonSetState } from '../installer/upgradeSafety.ts';
 
 export const DAEMONSET_NAME = 'istio-cni-node';
+/** Per lookup, so the retried check fits the chart's 30 s termination grace period. */
+const LOOKUP_DEADLINE_MS = 5_000;
 
 interface NodeSelectorRequirement {
   key: string;
@@ -64,7 +66,11 @@ export function createDaemonSetLookup(
     async lookup(): Promise<DaemonSetState> {
       let ds: DaemonSet;
       try {
-        ds = await client.request<DaemonSet>({ method: 'GET', path: daemonSetPath(namespace, DAEMONSET_NAME) });
+        ds = await client.request<DaemonSet>({
+          method: 'GET',
+          path: daemonSetPath(namespace, DAEMONSET_NAME),
+          deadlineMs: LOOKUP_DEADLINE_MS,
+        });
       } catch (err) {
         const c = err instanceof KubeApiError ? err.code : undefined;
         if (c === 404) return { kind: 'not-found' };

@@ -1,6 +1,6 @@
 import { captureFailure, decidePod, missingRulesFailure, type Namespace, type Pod, type PodFailure } from '@istio-cni/capture';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
-import { localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
+import { UPGRADE_HANDOVER_GRACE_MS, localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
 // Not the `sidecar` entry: that would load the capture code (child processes) for every pod.
 import { PodNetnsRefusedError } from '@istio-cni/dataplane/podNetnsGuard';
 import { retryWithBackoff } from '@istio-cni/kube/client';
@@ -153,12 +153,22 @@ export async function degradedCheck(
 }
 
 /**
- * Whether degraded mode could serve any ADD this node may get right now (docs/architecture.md
- * "Degraded mode", STATUS): never with ambient enabled (only the agent hands a pod to ztunnel);
- * otherwise when the installer's kubeconfig is there and its token reads pods. `probe` makes that
- * one read and throws what the API answered. Resolves when it could; otherwise the reason.
+ * Whether the node can take pods with the agent not ready (docs/architecture.md "Degraded mode",
+ * STATUS): while an agent that stopped for an upgrade handed over less than
+ * UPGRADE_HANDOVER_GRACE_MS ago (its successor is on the way; an ADD meanwhile gets code 11 at
+ * worst and is retried); otherwise when degraded mode could decide any pod: never with ambient
+ * enabled (only the agent hands a pod to ztunnel), else when the installer's kubeconfig is there and
+ * its token reads pods. `probe` makes that one read and throws what the API answered;
+ * `handoverAgeMs` is the hand-over file's age, `undefined` without one. Resolves `undefined` when
+ * the node can take pods, otherwise with the reason.
  */
-export async function degradedStatus(config: PluginConfig, probe: () => Promise<void>): Promise<string | undefined> {
+export async function degradedStatus(
+  config: PluginConfig,
+  probe: () => Promise<void>,
+  handoverAgeMs: () => Promise<number | undefined> = async () => undefined,
+): Promise<string | undefined> {
+  const age = await handoverAgeMs();
+  if (age !== undefined && age >= 0 && age < UPGRADE_HANDOVER_GRACE_MS) return undefined;
   if (config.ambientEnabled) return 'ambient is enabled and only the agent can enrol an ambient pod';
   try {
     await probe();

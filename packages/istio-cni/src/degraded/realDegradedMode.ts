@@ -1,6 +1,7 @@
 import type { SidecarCaptureManager } from '@istio-cni/dataplane/sidecar';
 import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
-import { PLUGIN_KUBECONFIG, runDirPath, type Logger, type PluginConfig } from '@istio-cni/handoff';
+import { stat } from 'node:fs/promises';
+import { PLUGIN_KUBECONFIG, UPGRADE_HANDOVER, runDirPath, type Logger, type PluginConfig } from '@istio-cni/handoff';
 import type { KubeClient } from '@istio-cni/kube/client';
 import { getNamespace, getPod, pluginApiClient, probePodRead } from './apiReader.ts';
 import { degradedAdd, degradedCheck, degradedStatus, type DegradedDeps, type DegradedOutcome } from './degradedMode.ts';
@@ -55,8 +56,18 @@ export async function runDegradedCheck(config: PluginConfig, k8s: K8sArgs, netns
 
 /** STATUS with the agent not ready: `undefined` when degraded mode could serve ADDs now, else why not. */
 export async function runDegradedStatus(config: PluginConfig): Promise<string | undefined> {
-  return degradedStatus(config, async () => {
-    const kubeconfigPath = runDirPath(config.cniAgentRunDir, PLUGIN_KUBECONFIG);
-    await probePodRead(await pluginApiClient(kubeconfigPath, STATUS_PROBE_TIMEOUT_MS));
-  });
+  return degradedStatus(
+    config,
+    async () => {
+      const kubeconfigPath = runDirPath(config.cniAgentRunDir, PLUGIN_KUBECONFIG);
+      await probePodRead(await pluginApiClient(kubeconfigPath, STATUS_PROBE_TIMEOUT_MS));
+    },
+    async () => {
+      try {
+        return Date.now() - (await stat(runDirPath(config.cniAgentRunDir, UPGRADE_HANDOVER))).mtimeMs;
+      } catch {
+        return undefined;
+      }
+    },
+  );
 }
