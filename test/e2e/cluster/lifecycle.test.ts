@@ -10,15 +10,16 @@ import { join, resolve } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
-import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
+import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { auditFailures, auditTable } from '../support/podAudit.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
-import { bringUp, DAEMONSET, describeNamespace, helm, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
+import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
+import { upgradeToProfile } from './upgradeProfile.ts';
 import {
   container,
   isReady,
@@ -403,18 +404,7 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
   it('4 long agent outage, profile=ambient: ambient pods fail with code 11 and start on kubelet retries once the agent is back; sidecar pods start through degraded mode; the audit is clean', {
     timeout: 600_000,
   }, async (t) => {
-    await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', 'profile=ambient']);
-    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
-    await waitFor(
-      `every ${DAEMONSET} pod on the ambient profile and Ready`,
-      async () => {
-        const agents = (
-          await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)
-        ).items;
-        return agents.length === cluster.nodes.length && agents.every(isReady) ? true : undefined;
-      },
-      180_000,
-    );
+    await upgradeToProfile(cluster, 'ambient');
     for (const node of cluster.nodes) await connectZtunnel(node);
     await api().must('POST', '/api/v1/namespaces', {
       apiVersion: 'v1',

@@ -9,15 +9,16 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
-import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
+import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { auditFailures, auditTable, type AuditRow } from '../support/podAudit.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
-import { bringUp, DAEMONSET, describeNamespace, helm, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
+import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, rebootNode, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
+import { upgradeToProfile } from './upgradeProfile.ts';
 import { container, isReady, NOWHERE, probe, serve, waitFor, whenListening, type Pod, type SandboxFailureEvent } from './workloads.ts';
 
 const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -199,18 +200,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
   it('profile=ambient: ambient and sidecar pods on node 1 end enrolled and captured, none left annotated without rules, with a fresh ztunnel', {
     timeout: 600_000,
   }, async (t) => {
-    await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', 'profile=ambient']);
-    await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
-    await waitFor(
-      `every ${DAEMONSET} pod on the ambient profile and Ready`,
-      async () => {
-        const agents = (
-          await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)
-        ).items;
-        return agents.length === cluster.nodes.length && agents.every(isReady) ? true : undefined;
-      },
-      180_000,
-    );
+    await upgradeToProfile(cluster, 'ambient');
     for (const node of cluster.nodes) {
       const zt = await connectZtunnel(node);
       await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the first snapshot`, 30_000);
