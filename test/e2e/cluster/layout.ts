@@ -1,4 +1,5 @@
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 
 /** Everything `make up` creates on disk lives here (git-ignored); `make down` removes it. */
@@ -58,3 +59,8 @@ export function nodeLayout(index: number): NodeLayout {
     cgroupRoot: `istio-cni-cluster-${name}`,
   };
 }
+
+const PACKAGE_VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+/** The node image the cluster suites run: `make e2e` passes mk/image.mk's IMAGE; its default is the same name. */
+export const SUITE_IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${PACKAGE_VERSION}`;
+export const SUITE_IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');

@@ -6,18 +6,18 @@
 // (a fake ztunnel per node), ambient pods arriving too.
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { auditFailures, auditTable } from '../support/podAudit.ts';
-import { REPO_ROOT } from '../support/rigPaths.ts';
 import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
+import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
 import { upgradeToProfile } from './upgradeProfile.ts';
 import {
@@ -34,9 +34,8 @@ import {
   type SandboxFailureEvent,
 } from './workloads.ts';
 
-const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
-const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
+const IMAGE = SUITE_IMAGE;
+const IMAGE_ARCHIVE = SUITE_IMAGE_ARCHIVE;
 const NS = 'e2e-lifecycle';
 const AMBIENT_NS = 'e2e-lifecycle-ambient';
 const REJECTED_TOKEN = 'revoked-token-the-api-rejects';

@@ -5,25 +5,24 @@
 // the chart's default values (sidecar and plain pods), then after `helm upgrade` to profile=ambient
 // (ambient and sidecar pods, a fake ztunnel per node that restarts with its node).
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { auditFailures, auditTable, type AuditRow } from '../support/podAudit.ts';
-import { REPO_ROOT } from '../support/rigPaths.ts';
 import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, rebootNode, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
+import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
 import { upgradeToProfile } from './upgradeProfile.ts';
 import { container, isReady, NOWHERE, probe, serve, waitFor, whenListening, type Pod, type SandboxFailureEvent } from './workloads.ts';
 
-const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
-const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
+const IMAGE = SUITE_IMAGE;
+const IMAGE_ARCHIVE = SUITE_IMAGE_ARCHIVE;
 const NS = 'e2e-reboot';
 const AMBIENT_NS = 'e2e-reboot-ambient';
 /** The bar: a clean audit this long after the agent is Ready again. */

@@ -4,7 +4,7 @@
 // kubelet; what they saw comes back through their logs. Run in the order written.
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
@@ -25,6 +25,7 @@ import {
 } from './localCluster.ts';
 import { nodePrivateDir, nodeProcPath, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
+import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
 import {
   container,
@@ -45,10 +46,8 @@ import {
 } from './workloads.ts';
 
 const NODES = 2;
-const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-/** `make e2e` passes mk/image.mk's IMAGE; its default is the same name. */
-const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
-const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
+const IMAGE = SUITE_IMAGE;
+const IMAGE_ARCHIVE = SUITE_IMAGE_ARCHIVE;
 const NS = 'e2e-cluster';
 const AMBIENT_NS = 'e2e-cluster-ambient';
 const DATAPLANE_MODE = 'istio.io/dataplane-mode';

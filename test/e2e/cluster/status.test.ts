@@ -4,24 +4,21 @@
 // every 500 ms through a DaemonSet rollout restart, the agent SIGKILLed, and a node restart that
 // empties the run dir as a reboot does. docs/architecture.md ("Degraded mode", STATUS) states the rule.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import type { KubeClient } from '../support/kubeClient.ts';
-import { REPO_ROOT } from '../support/rigPaths.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, restartDaemonSet, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
 import { restartNode, type RunningNode } from './node.ts';
 import { notReady, sampleReadiness, summarizeSamples, type ReadinessSample } from './readinessSamples.ts';
 import { loadState } from './state.ts';
+import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
 import { container, isReady, NOWHERE, probeOnce, serve, validationContainer, waitFor, whenListening, type Pod } from './workloads.ts';
 
-const VERSION = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-const IMAGE = process.env.IMAGE ?? `localhost/istio-cni/install-cni:${VERSION}`;
-const IMAGE_ARCHIVE = resolve(REPO_ROOT, process.env.IMAGE_ARCHIVE ?? 'dist/image.oci.tar');
+const IMAGE = SUITE_IMAGE;
+const IMAGE_ARCHIVE = SUITE_IMAGE_ARCHIVE;
 const NS = 'e2e-status';
 const SAMPLE_EVERY_MS = 500;
 /** A sidecar pod is created this often during each event, and twice more after it. */
