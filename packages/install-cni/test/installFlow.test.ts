@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import { removeIstioEntry } from '../src/installer/insertCniConfig.ts';
 import { Installer } from '../src/installer/installer.ts';
 import { atomicWrite } from '../src/installer/atomicWrite.ts';
-import { CNI_TESTDATA, captureLogger, cniTestSettings, scratchHost, seedOrdered, waitFor } from './testHelpers.ts';
+import { CNI_TESTDATA, captureLogger, cniTestSettings, hostForRun, scratchHost, seedOrdered, waitFor } from './testHelpers.ts';
 
 const CALICO = 'expected/10-calico.conflist-istioconfig';
 const CALICO_CLEAN = 'pre/calico.conflist';
@@ -176,7 +176,7 @@ async function readOr(path: string): Promise<string | undefined> {
 describe('install flow (cni/test/testdata, inputs.md §5.9)', () => {
   for (const c of CASES) {
     it(c.name, async (t) => {
-      const host = await scratchHost(t);
+      const { host, controller, run } = await hostForRun(t);
       await seedOrdered(host.netDir, c.seeded);
       const { logger } = captureLogger();
       const installer = new Installer({
@@ -184,9 +184,7 @@ describe('install flow (cni/test/testdata, inputs.md §5.9)', () => {
         logger,
         throttle: { maxDelayMs: 20 },
       });
-      const controller = new AbortController();
-      const running = installer.run(controller.signal);
-      t.after(() => controller.abort());
+      const running = run(installer);
       const resultPath = join(host.netDir, c.result);
       const expected = await readFile(join(CNI_TESTDATA, c.expected), 'utf8');
       if (c.delayed !== undefined) {

@@ -13,6 +13,7 @@ import {
   CNI_TESTDATA,
   captureLogger,
   cniTestSettings,
+  hostForRun,
   scratchHost,
   seedOrdered,
   tempDir,
@@ -97,21 +98,12 @@ describe('copyBinaries', () => {
 });
 
 async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist']) {
-  // after-hooks run in registration order: the installer must stop before its scratch host is removed.
-  const removeHost: (() => unknown)[] = [];
-  const controller = new AbortController();
-  let running: Promise<void> | undefined;
-  t.after(async () => {
-    controller.abort();
-    await running?.catch(() => undefined);
-    for (const remove of removeHost) await remove();
-  });
-  const host = await scratchHost({ after: (fn) => removeHost.push(fn) });
+  const { host, controller, run } = await hostForRun(t);
   await seedOrdered(host.netDir, seeded);
   const log = captureLogger();
   const settings = cniTestSettings(host);
   const installer = new Installer({ settings, logger: log.logger, throttle: { maxDelayMs: 20 } });
-  running = installer.run(controller.signal);
+  const running = run(installer);
   await waitFor('ready', () => installer.ready || undefined);
   return { host, installer, controller, running, log, settings };
 }
@@ -181,7 +173,7 @@ describe('installer watch loop', () => {
   });
 
   it('rewrites the kubeconfig when kubelet rotates the token via a ..data symlink swap', async (t) => {
-    const host = await scratchHost(t);
+    const { host, controller, run } = await hostForRun(t);
     // Projected-volume layout: files are symlinks through ..data.
     const token = await readFile(join(host.saDir, 'token'), 'utf8');
     const ca = await readFile(join(host.saDir, 'ca.crt'), 'utf8');
@@ -191,12 +183,7 @@ describe('installer watch loop', () => {
     await seedOrdered(host.netDir, ['calico.conflist']);
     const log = captureLogger();
     const installer = new Installer({ settings: cniTestSettings(host), logger: log.logger, throttle: { maxDelayMs: 20 } });
-    const controller = new AbortController();
-    const running = installer.run(controller.signal);
-    t.after(() => {
-      controller.abort();
-      if (process.env.DEBUG_TEST) console.log(log.lines);
-    });
+    const running = run(installer);
     await waitFor('ready', () => installer.ready || undefined);
     assert.match(await readFile(installer.kubeconfigPath, 'utf8'), new RegExp(`token: ${token.slice(0, 20)}`));
     await kubeletSwap(host.saDir, { token: 'rotated-token', 'ca.crt': ca, namespace: 'kube-system' }, 2);
@@ -260,9 +247,8 @@ describe('installer watch loop', () => {
 
 describe('shutdown', () => {
   it('a shutdown that arrives while the config is being checked ends the watch loop', async (t) => {
-    const host = await scratchHost(t);
+    const { host, controller, run } = await hostForRun(t);
     await seedOrdered(host.netDir, ['calico.conflist']);
-    const controller = new AbortController();
     // installResult('SUCCESS') runs after the validity check and before the loop waits for
     // events: aborting there is the window in which a SIGTERM was once lost (the daemon hung).
     const installer = new Installer({
@@ -274,7 +260,7 @@ describe('shutdown', () => {
         setInstallReady: () => {},
       },
     });
-    const running = installer.run(controller.signal);
+    const running = run(installer);
     const outcome = await Promise.race([
       running.then(() => 'returned'),
       new Promise((r) => setTimeout(() => r('still waiting'), 5_000).unref()),
@@ -285,7 +271,7 @@ describe('shutdown', () => {
 
 describe('half-written primary config', () => {
   it('waits for a named file another writer is still filling instead of failing the pass', async (t) => {
-    const host = await scratchHost(t);
+    const { host, run } = await hostForRun(t);
     const name = '00-minikube_cni.conf';
     await writeFile(join(host.netDir, name), '{"cniVersion": "0.3.1", "na'); // torn: the writer is not done
     const log = captureLogger();
@@ -294,13 +280,8 @@ describe('half-written primary config', () => {
       logger: log.logger,
       throttle: { maxDelayMs: 20 },
     });
-    const controller = new AbortController();
     let failed: unknown;
-    const running = installer.run(controller.signal).catch((err: unknown) => (failed = err));
-    t.after(async () => {
-      controller.abort();
-      await running;
-    });
+    run(installer).catch((err: unknown) => (failed = err));
     // The installer has seen the torn file and waits, rather than failing the pass.
     await waitFor(
       'the installer waiting for complete JSON',

@@ -80,7 +80,7 @@ export async function writeText(path: string, text: string): Promise<void> {
 }
 
 import { chmod, mkdir } from 'node:fs/promises';
-import type { InstallerSettings } from '../src/installer/installer.ts';
+import type { Installer, InstallerSettings } from '../src/installer/installer.ts';
 
 export interface ScratchHost {
   root: string;
@@ -103,6 +103,28 @@ export async function scratchHost(t: { after(fn: () => unknown): void }): Promis
   for (const d of [host.netDir, host.binDir, host.saDir, host.runDir]) await mkdir(d, { recursive: true });
   for (const f of ['ca.crt', 'namespace', 'token']) await copyFile(join(CNI_TESTDATA, 'k8s_svcacct', f), join(host.saDir, f));
   return host;
+}
+
+/**
+ * A scratch host whose installer, once started, is stopped before the host is removed: after-hooks
+ * run in registration order, and removing the tree under a running installer races its re-copy of
+ * the binaries it watches (rmdir fails with ENOTEMPTY and the installer is never stopped).
+ */
+export async function hostForRun(t: { after(fn: () => unknown): void }) {
+  const removeHost: (() => unknown)[] = [];
+  const controller = new AbortController();
+  let running: Promise<void> | undefined;
+  t.after(async () => {
+    controller.abort();
+    await running?.catch(() => undefined);
+    for (const remove of removeHost) await remove();
+  });
+  const host = await scratchHost({ after: (fn) => removeHost.push(fn) });
+  const run = (installer: Installer): Promise<void> => {
+    running = installer.run(controller.signal);
+    return running;
+  };
+  return { host, controller, run };
 }
 
 /** Installer settings of the `cni/test` harness (testdata/upstream/inputs.md §5.9) on a scratch host. */
