@@ -311,7 +311,7 @@ function procWith(processes: Record<string, { comm: string; cmdline: string; uid
     throw new Error(`ENOENT ${path}`);
   };
   return {
-    readDir: async () => [...Object.keys(processes), 'self', 'sys'].map((name) => ({ name, isDirectory: true })),
+    readDir: async () => [...Object.keys(processes), 'self', 'sys'],
     stat: async () => ({ ino: 1, dev: 1 }),
     readFile: async (path) => file(path),
     openNetns: async () => {

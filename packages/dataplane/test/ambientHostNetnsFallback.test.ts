@@ -16,7 +16,7 @@ function procFs(pid1Readable: boolean): { fs: ProcFs; stats: string[] } {
   const inodes: Record<string, number> = { 'self/ns/net': 50, '7/ns/net': 70, '8/ns/net': 50 };
   const fs: ProcFs = {
     async readDir() {
-      return ['1', '7', '8'].map((name) => ({ name, isDirectory: true }));
+      return ['1', '7', '8'];
     },
     async stat(path) {
       stats.push(path);

@@ -38,7 +38,7 @@ function fakeProcFs(options: { sameInode?: boolean; pinned?: Record<string, numb
   };
   const fs: ProcFs = {
     async readDir() {
-      return readdirSync(fixtureRoot, { withFileTypes: true }).map((e) => ({ name: e.name, isDirectory: e.isDirectory() }));
+      return readdirSync(fixtureRoot);
     },
     async stat(path) {
       readFileSync(join(fixtureRoot, path));

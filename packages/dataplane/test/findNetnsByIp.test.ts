@@ -21,11 +21,7 @@ function fakeProcFs(procs: FakeProc[], opts: { vanish?: number[]; selfNetns?: nu
   };
   const procFs: ProcFs = {
     async readDir() {
-      return [
-        ...procs.map((p) => ({ name: String(p.pid), isDirectory: true })),
-        { name: 'self', isDirectory: true },
-        { name: 'uptime', isDirectory: false },
-      ];
+      return [...procs.map((p) => String(p.pid)), 'self', 'uptime'];
     },
     async stat(path) {
       if (path === 'self/ns/net') return { ino: opts.selfNetns ?? 1, dev: 4 };

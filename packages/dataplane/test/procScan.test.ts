@@ -4,14 +4,7 @@ import type { ProcFs } from '../src/ambient/procFs.ts';
 import { scanProcesses } from '../src/ambient/procScan.ts';
 
 const procFs: ProcFs = {
-  readDir: async () => [
-    { name: '100', isDirectory: true },
-    { name: '9', isDirectory: true },
-    { name: 'self', isDirectory: true },
-    { name: '12', isDirectory: false },
-    { name: '30', isDirectory: true },
-    { name: '4', isDirectory: true },
-  ],
+  readDir: async () => ['100', '9', 'self', 'uptime', '30', '4'],
   stat: async () => ({ ino: 1, dev: 1 }),
   readFile: async (path) => {
     if (path.startsWith('30/')) throw new Error(`ENOENT ${path}`);
@@ -22,7 +15,7 @@ const procFs: ProcFs = {
   },
 };
 
-test('scanProcesses: numeric directories in pid order; nothing found or a vanished process is skipped, logged', async () => {
+test('scanProcesses: numeric entries in pid order; nothing found or a vanished process is skipped, logged', async () => {
   const logs: string[] = [];
   const seen: string[] = [];
   const read = async (pid: string) => {

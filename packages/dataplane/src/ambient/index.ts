@@ -1,6 +1,6 @@
 export { AmbientDataplaneError, type AmbientDataplaneErrorCode } from './ambientDataplaneError.ts';
 export { createNetnsHandle, type NetnsHandle, type NetnsHandleInit, openNetnsHandle } from './netnsHandle.ts';
-export { createProcFs, type ProcFs, type ProcFsEntry } from './procFs.ts';
+export { createProcFs, type ProcFs } from './procFs.ts';
 export {
   type Cgroup,
   type CgroupPodIdentity,

@@ -2,17 +2,16 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type NetnsHandle, openNetnsHandle } from './netnsHandle.ts';
 
-export interface ProcFsEntry {
-  name: string;
-  isDirectory: boolean;
-}
-
 /**
  * The few operations the netns scan needs on a procfs root (`/proc`, or `/host/proc` in the
  * agent's container). Paths are relative to the root. Tests supply an in-memory version.
  */
 export interface ProcFs {
-  readDir(): Promise<ProcFsEntry[]>;
+  /**
+   * Names of the root's entries. Names only: procfs reports a process exiting during the listing with
+   * no file type, and asking for types would then stat it and fail the whole listing.
+   */
+  readDir(): Promise<string[]>;
   /** Identity of the file a path resolves to (`<pid>/ns/net` follows the namespace link). */
   stat(path: string): Promise<{ ino: number; dev: number }>;
   readFile(path: string): Promise<string>;
@@ -23,10 +22,7 @@ export interface ProcFs {
 /** The real procfs under `root` (default `/proc`). */
 export function createProcFs(root = '/proc'): ProcFs {
   return {
-    async readDir() {
-      const entries = await readdir(root, { withFileTypes: true });
-      return entries.map((e) => ({ name: e.name, isDirectory: e.isDirectory() }));
-    },
+    readDir: () => readdir(root),
     async stat(path) {
       const s = await stat(join(root, path));
       return { ino: s.ino, dev: s.dev };

@@ -18,10 +18,7 @@ export async function* scanProcesses<T>(
   read: (pid: string) => Promise<T | undefined>,
   log: ScanLog = () => {},
 ): AsyncGenerator<{ pid: string; found: T }> {
-  const pids = (await procFs.readDir())
-    .filter((e) => e.isDirectory && /^\d+$/.test(e.name))
-    .map((e) => e.name)
-    .sort((a, b) => Number(a) - Number(b));
+  const pids = (await procFs.readDir()).filter((name) => /^\d+$/.test(name)).sort((a, b) => Number(a) - Number(b));
   for (const pid of pids) {
     let found: T | undefined;
     try {
