@@ -202,8 +202,10 @@ async function ambientOnce(dist: string, label: string): Promise<AmbientBenchRes
 async function ambientRows(nodeDist: string, bunDist: string): Promise<Row[]> {
   const attempt = (dist: string, label: string) => () =>
     ambientOnce(dist, label).catch((err: unknown) => {
+      const lines = (err as Error).message.split('\n');
+      const telling = lines.filter((l) => /error|panic/i.test(l)).slice(-3);
       console.log(
-        `\n(ambient run against ${label} failed, its pair is left out: ${(err as Error).message.split('\n').slice(0, 3).join(' ')})`,
+        `\n(ambient run against ${label} failed, its pair is left out: ${(telling.length > 0 ? telling : lines.slice(0, 3)).join(' ')})`,
       );
       return undefined;
     });
