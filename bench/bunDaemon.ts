@@ -107,23 +107,34 @@ interface Row {
   node: number;
   bun: number;
   ratio: number;
+  /** Each pair's ratio, in run order (empty for a single reading). */
+  pairRatios: number[];
   runs: string;
   unit: string;
 }
 
 function pairedRow(figure: string, unit: string, series: { a: number[]; b: number[] }): Row {
   const ratios = series.b.map((v, i) => v / (series.a[i] as number));
-  return { figure, node: median(series.a), bun: median(series.b), ratio: median(ratios), runs: `${series.a.length} pairs`, unit };
+  return {
+    figure,
+    node: median(series.a),
+    bun: median(series.b),
+    ratio: median(ratios),
+    pairRatios: ratios,
+    runs: `${series.a.length} pairs`,
+    unit,
+  };
 }
 
 function printRows(title: string, rows: Row[]): void {
   console.log(`\n## ${title} (ratio = Bun / Node, median of per-pair ratios)\n`);
-  console.log('| figure | Node SEA | Bun | ratio | runs |');
-  console.log('|---|---:|---:|---:|---:|');
+  console.log('| figure | Node SEA | Bun | ratio | runs | per pair (≤ 4 pairs) |');
+  console.log('|---|---:|---:|---:|---:|---|');
   for (const r of rows) {
     const digits = r.unit === '' ? 0 : 1;
     const fmt = (v: number) => `${v.toFixed(digits)}${r.unit === '' ? '' : ` ${r.unit}`}`;
-    console.log(`| ${r.figure} | ${fmt(r.node)} | ${fmt(r.bun)} | ${r.ratio.toFixed(2)} | ${r.runs} |`);
+    const perPair = r.pairRatios.length > 0 && r.pairRatios.length <= 4 ? r.pairRatios.map((x) => x.toFixed(2)).join(', ') : '';
+    console.log(`| ${r.figure} | ${fmt(r.node)} | ${fmt(r.bun)} | ${r.ratio.toFixed(2)} | ${r.runs} | ${perPair} |`);
   }
 }
 
@@ -141,7 +152,15 @@ async function processRows(nodeDist: string, bunDist: string): Promise<Row[]> {
       'ms',
       await paired(options.runs, 3, exe(nodeDist, ['check-runtime']), exe(bunDist, ['check-runtime'])),
     ),
-    { figure: 'executable size', node: mib(nodeDist), bun: mib(bunDist), ratio: mib(bunDist) / mib(nodeDist), runs: '-', unit: 'MiB' },
+    {
+      figure: 'executable size',
+      node: mib(nodeDist),
+      bun: mib(bunDist),
+      ratio: mib(bunDist) / mib(nodeDist),
+      pairRatios: [],
+      runs: '-',
+      unit: 'MiB',
+    },
   ];
 }
 
@@ -166,7 +185,15 @@ async function peerRows(nodeDist: string, bunDist: string): Promise<Row[]> {
     await new Promise((r) => setTimeout(r, 20_000));
     const memNode = procStatus(node.child?.pid as number);
     const memBun = procStatus(bun.child?.pid as number);
-    const one = (figure: string, a: number, b: number): Row => ({ figure, node: a, bun: b, ratio: b / a, runs: '1', unit: 'MiB' });
+    const one = (figure: string, a: number, b: number): Row => ({
+      figure,
+      node: a,
+      bun: b,
+      ratio: b / a,
+      pairRatios: [],
+      runs: '1',
+      unit: 'MiB',
+    });
     rows.push(one(`daemon RSS ≥ 20 s after ready, ${options.pods} pods`, memNode.rssMiB, memBun.rssMiB));
     rows.push(one('daemon anonymous RSS, same moment', memNode.anonMiB, memBun.anonMiB));
     return rows;
