@@ -2,10 +2,10 @@
  * The node daemon compiled by Bun against the Node SEA (dist/install-cni), side by side in one run:
  * `node bench/bunDaemon.ts` (root; after `make build`). It compiles packages/install-cni with
  * `bun build --compile --minify --bytecode` (bench/bunDaemonCompile.ts) into a scratch dist dir next
- * to a copy of dist/istio-cni, then measures both builds pair by pair, alternating which goes first.
- * As it comes, the Bun build panics on its first ZDS wait (no uv_poll in Bun); this one carries the
- * compile script's `--poll-stand-in` (a 1 ms poll(2) timer), without which ambient cannot be measured.
- *
+ * to a copy of dist/istio-cni. As it comes, the Bun build panics on its first ZDS wait (no uv_poll
+ * in Bun); this one carries the compile script's `--poll-stand-in` (a 1 ms poll(2) timer), without
+ * which ambient cannot be measured (docs/decisions.md, "Daemon runtime: Node SEA, not Bun"). Both
+ * builds are measured pair by pair, alternating which goes first:
  *
  * - a bare start (`--version`) and `check-runtime` (start, koffi loaded through the runtime's N-API,
  *   one fd across a SOCK_SEQPACKET pair as SCM_RIGHTS, exit);
