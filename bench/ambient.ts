@@ -4,10 +4,11 @@
  * a fake ztunnel and its ack → probe set → `pods/status` annotation. Reports the ADD median against
  * the bare embedded runtime start (`node -e 0`) measured in the same run, the throughput of 100
  * concurrent ADDs in pods/s, and the daemon's RSS with 250 enrolled pods. Netns creation and pod
- * registration are not timed. Pods carry what the control plane adds to a real pod (`realisticPod.ts`). Run alone with `node bench/ambient.ts` (RUNS, default 30).
+ * registration are not timed. Pods carry what the control plane adds to a real pod (`realisticPod.ts`). Run alone with `node bench/ambient.ts` (RUNS, default 30; ISTIO_CNI_DIST for another build's
+ * executables; BENCH_RESULT_JSON=FILE also writes the figures there as JSON).
  */
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ambientPodObject, createAmbientNode, type AmbientNode, type PodSandbox } from '../test/support/ambientNode.ts';
@@ -50,6 +51,9 @@ export interface AmbientBenchResult {
   enrolledPods: number;
   idleRssKiB: number | undefined;
   rssKiB: number | undefined;
+  /** The same moment's RSS, anonymous (heap, stacks) and file-backed (the executable). */
+  anonKiB: number | undefined;
+  fileKiB: number | undefined;
   peakRssKiB: number;
 }
 
@@ -224,6 +228,8 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
       enrolledPods: enrolled,
       idleRssKiB,
       rssKiB,
+      anonKiB: parts.anonKiB,
+      fileKiB: parts.fileKiB,
       peakRssKiB: peakKiB,
     };
   } finally {
@@ -234,5 +240,7 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  await benchAmbient(Number.parseInt(process.env.RUNS ?? '30', 10));
+  const result = await benchAmbient(Number.parseInt(process.env.RUNS ?? '30', 10));
+  // For a caller comparing builds run by run (bench/bunDaemon.ts).
+  if (process.env.BENCH_RESULT_JSON) writeFileSync(process.env.BENCH_RESULT_JSON, JSON.stringify(result ?? null));
 }

@@ -42,7 +42,7 @@ const UPSTREAM_READINESS_PORT = 8000;
 const PATH_ENV = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
 const PRIMARY_CONFLIST = 'primary.conflist';
 
-type Side = 'upstream' | 'ours';
+export type Side = 'upstream' | 'ours';
 
 interface EnvVar {
   name: string;
@@ -51,7 +51,7 @@ interface EnvVar {
 }
 
 /** The chart's ConfigMap plus the install-cni container's env (downward API resolved) and args. */
-function chartEnvironment(): { env: Record<string, string>; args: string[] } {
+export function chartEnvironment(): { env: Record<string, string>; args: string[] } {
   const objects = parseManifest(readFileSync(DEFAULT_MANIFEST, 'utf8'));
   const env: Record<string, string> = { ...(findObject(objects, 'ConfigMap', 'istio-cni-config').data as Record<string, string>) };
   const ds = findObject(objects, 'DaemonSet', 'istio-cni-node') as unknown as {
@@ -70,8 +70,10 @@ function chartEnvironment(): { env: Record<string, string>; args: string[] } {
 }
 
 /** One node's worth of host dirs and one daemon, ours or upstream's. */
-interface Peer {
+export interface Peer {
   side: Side;
+  /** Names the peer's scratch dir: the side, or which build of ours (bench/bunDaemon.ts). */
+  label: string;
   dir: string;
   netDir: string;
   runDir: string;
@@ -84,25 +86,28 @@ interface Peer {
   spawnDaemon(): ChildProcess;
 }
 
-function makePeer(
+/** `dist` (ours only, default DIST) holds the build of ours to run: its istio-cni and install-cni. */
+export function makePeer(
   side: Side,
   cluster: Cluster,
   chart: { env: Record<string, string>; args: string[] },
   readinessPort: number,
   monitoringPort: number,
   ctrlzPort: number,
+  ours: { dist: string; label: string } = { dist: DIST, label: side },
 ): Peer {
-  const dir = mkdtempSync(join(tmpdir(), `istio-cni-bench-${side}-`));
+  const label = side === 'ours' ? ours.label : side;
+  const dir = mkdtempSync(join(tmpdir(), `istio-cni-bench-${label}-`));
   const imageBin = join(dir, 'image/opt/cni/bin');
   const hostBin = join(dir, 'host/opt/cni/bin');
   const netDir = join(dir, 'host/etc/cni/net.d');
   const runDir = join(dir, 'host/var/run/istio-cni');
   const saDir = join(dir, 'serviceaccount');
   for (const d of [imageBin, hostBin, netDir, saDir]) mkdirSync(d, { recursive: true });
-  const pluginSource = side === 'ours' ? join(DIST, 'istio-cni') : join(UPSTREAM_BIN, 'istio-cni');
+  const pluginSource = side === 'ours' ? join(ours.dist, 'istio-cni') : join(UPSTREAM_BIN, 'istio-cni');
   copyFileSync(pluginSource, join(imageBin, 'istio-cni'));
   const daemonBinary = join(dir, 'install-cni');
-  copyFileSync(side === 'ours' ? join(DIST, 'install-cni') : join(UPSTREAM_BIN, 'install-cni'), daemonBinary);
+  copyFileSync(side === 'ours' ? join(ours.dist, 'install-cni') : join(UPSTREAM_BIN, 'install-cni'), daemonBinary);
   writeFileSync(join(saDir, 'token'), cluster.adminToken);
   writeFileSync(join(saDir, 'ca.crt'), cluster.caPem);
   writeFileSync(join(saDir, 'namespace'), RELEASE_NAMESPACE);
@@ -119,6 +124,7 @@ function makePeer(
   const log = join(dir, 'install-cni.log');
   const peer: Peer = {
     side,
+    label,
     dir,
     netDir,
     runDir,
@@ -183,7 +189,7 @@ function writePrimaryConflist(netDir: string): void {
 }
 
 /** The istio-cni entry of the primary conflist, as the runtime hands it to the plugin (name, cniVersion, prevResult). */
-function pluginConfig(peer: Peer): string | undefined {
+export function pluginConfig(peer: Peer): string | undefined {
   let doc: { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
   try {
     doc = JSON.parse(readFileSync(join(peer.netDir, PRIMARY_CONFLIST), 'utf8')) as typeof doc;
@@ -205,7 +211,7 @@ function pluginConfig(peer: Peer): string | undefined {
   });
 }
 
-async function readyzStatus(port: number): Promise<number> {
+export async function readyzStatus(port: number): Promise<number> {
   try {
     return (await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) })).status;
   } catch {
@@ -220,7 +226,7 @@ function exited(child: ChildProcess): Promise<void> {
   return new Promise((r) => child.once('exit', () => r()));
 }
 
-async function stopDaemon(peer: Peer, signal: NodeJS.Signals): Promise<void> {
+export async function stopDaemon(peer: Peer, signal: NodeJS.Signals): Promise<void> {
   const child = peer.child;
   if (child === undefined) return;
   child.kill(signal);
@@ -231,7 +237,7 @@ async function stopDaemon(peer: Peer, signal: NodeJS.Signals): Promise<void> {
 }
 
 /** Starts the daemon; resolves with ms from spawn to the istio-cni entry in the conflist and to /readyz 200. */
-async function startTimed(peer: Peer): Promise<{ conflistMs: number; readyMs: number }> {
+export async function startTimed(peer: Peer): Promise<{ conflistMs: number; readyMs: number }> {
   const start = process.hrtime.bigint();
   const since = () => Number(process.hrtime.bigint() - start) / 1e6;
   const child = peer.spawnDaemon();
@@ -251,7 +257,7 @@ async function startTimed(peer: Peer): Promise<{ conflistMs: number; readyMs: nu
   await conflistWatch;
   if (conflistMs === undefined || readyMs === undefined) {
     const log = readFileSync(join(peer.dir, 'install-cni.log'), 'utf8').split('\n').slice(-30).join('\n');
-    throw new Error(`${peer.side} install-cni did not install and become ready (exit ${child.exitCode}):\n${log}`);
+    throw new Error(`${peer.label} install-cni did not install and become ready (exit ${child.exitCode}):\n${log}`);
   }
   return { conflistMs, readyMs };
 }
@@ -259,7 +265,7 @@ async function startTimed(peer: Peer): Promise<{ conflistMs: number; readyMs: nu
 const SIDECAR_STATUS = '{"initContainers":["istio-validation"],"containers":["istio-proxy"]}';
 
 /** count pods on the bench node, one in ten with an injected sidecar, each as kubelet would have reported it. */
-async function createPods(cluster: Cluster, count: number): Promise<void> {
+export async function createPods(cluster: Cluster, count: number): Promise<void> {
   await cluster.ensureNamespace(NAMESPACE);
   const one = async (i: number) => {
     const meshed = i % 10 === 0;
@@ -304,16 +310,16 @@ async function createPods(cluster: Cluster, count: number): Promise<void> {
 }
 
 /** Runs a and b alternately (a b, b a, …) after warm-up rounds; returns both series, pair by pair. */
-async function paired(
+export async function paired<T = number>(
   runs: number,
   warmup: number,
-  a: () => Promise<number>,
-  b: () => Promise<number>,
-): Promise<{ a: number[]; b: number[] }> {
-  const out = { a: [] as number[], b: [] as number[] };
+  a: () => Promise<T>,
+  b: () => Promise<T>,
+): Promise<{ a: T[]; b: T[] }> {
+  const out = { a: [] as T[], b: [] as T[] };
   for (let i = 0; i < warmup + runs; i++) {
-    let ta: number;
-    let tb: number;
+    let ta: T;
+    let tb: T;
     if (i % 2 === 0) {
       ta = await a();
       tb = await b();
@@ -327,6 +333,50 @@ async function paired(
     }
   }
   return out;
+}
+
+export interface PairedStarts {
+  conflistMs: { a: number[]; b: number[] };
+  readyMs: { a: number[]; b: number[] };
+  crashReadyMs: { a: number[]; b: number[] };
+}
+
+/**
+ * `starts` daemon starts of a and b, paired: after a graceful stop (which removed what the daemon
+ * installed, as on a rolling update: every start installs), then after a crash (SIGKILL: plugin,
+ * kubeconfig and conflist entry still in place). Leaves both stopped as a graceful stop leaves them.
+ */
+export async function pairedStarts(a: Peer, b: Peer, starts: number): Promise<PairedStarts> {
+  const startOnce = async (peer: Peer) => {
+    const timed = await startTimed(peer);
+    await stopDaemon(peer, 'SIGTERM');
+    return timed;
+  };
+  const graceful = await paired(
+    starts,
+    1,
+    () => startOnce(a),
+    () => startOnce(b),
+  );
+  const crashStart = async (peer: Peer) => {
+    const { readyMs } = await startTimed(peer);
+    await stopDaemon(peer, 'SIGKILL');
+    return readyMs;
+  };
+  await crashStart(a);
+  await crashStart(b);
+  const crashReadyMs = await paired(
+    starts,
+    1,
+    () => crashStart(a),
+    () => crashStart(b),
+  );
+  for (const p of [a, b]) {
+    await startTimed(p);
+    await stopDaemon(p, 'SIGTERM');
+  }
+  const pick = (key: 'conflistMs' | 'readyMs') => ({ a: graceful.a.map((t) => t[key]), b: graceful.b.map((t) => t[key]) });
+  return { conflistMs: pick('conflistMs'), readyMs: pick('readyMs'), crashReadyMs };
 }
 
 interface Row {
@@ -348,7 +398,7 @@ function singleRow(figure: string, unit: string, upstream: number, ours: number,
   return { figure, upstream, ours, ratio: ours / upstream, runs, unit };
 }
 
-function procStatus(pid: number): { rssMiB: number; anonMiB: number } {
+export function procStatus(pid: number): { rssMiB: number; anonMiB: number } {
   const text = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN);
   return { rssMiB: kb('VmRSS') / 1024, anonMiB: kb('RssAnon') / 1024 };
@@ -479,62 +529,10 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
       return;
     }
 
-    // Restarts: each side's graceful stop removed what it installed, as on a rolling update.
-    const starts = { up: [] as { conflistMs: number; readyMs: number }[], ours: [] as { conflistMs: number; readyMs: number }[] };
-    const startOnce = async (peer: Peer, into: { conflistMs: number; readyMs: number }[]) => {
-      into.push(await startTimed(peer));
-      await stopDaemon(peer, 'SIGTERM');
-    };
-    for (let i = 0; i < options.starts + 1; i++) {
-      const up: { conflistMs: number; readyMs: number }[] = [];
-      const our: { conflistMs: number; readyMs: number }[] = [];
-      if (i % 2 === 0) {
-        await startOnce(upstream, up);
-        await startOnce(ours, our);
-      } else {
-        await startOnce(ours, our);
-        await startOnce(upstream, up);
-      }
-      if (i > 0) {
-        starts.up.push(...up);
-        starts.ours.push(...our);
-      }
-    }
-    rows.push(
-      pairedRow('daemon start → istio-cni entry in the conflist', 'ms', {
-        a: starts.up.map((s) => s.conflistMs),
-        b: starts.ours.map((s) => s.conflistMs),
-      }),
-    );
-    rows.push(
-      pairedRow('daemon start → `/readyz` 200', 'ms', { a: starts.up.map((s) => s.readyMs), b: starts.ours.map((s) => s.readyMs) }),
-    );
-
-    // Restarts after a crash (SIGKILL): the plugin, its kubeconfig and the conflist entry are still in place.
-    const crashStart = async (peer: Peer) => {
-      const { readyMs } = await startTimed(peer);
-      await stopDaemon(peer, 'SIGKILL');
-      return readyMs;
-    };
-    await crashStart(upstream);
-    await crashStart(ours);
-    rows.push(
-      pairedRow(
-        'daemon restart after a crash → `/readyz` 200',
-        'ms',
-        await paired(
-          options.starts,
-          1,
-          () => crashStart(upstream),
-          () => crashStart(ours),
-        ),
-      ),
-    );
-    // Back to the state a graceful stop leaves.
-    for (const p of peers) {
-      await startTimed(p);
-      await stopDaemon(p, 'SIGTERM');
-    }
+    const starts = await pairedStarts(upstream, ours, options.starts);
+    rows.push(pairedRow('daemon start → istio-cni entry in the conflist', 'ms', starts.conflistMs));
+    rows.push(pairedRow('daemon start → `/readyz` 200', 'ms', starts.readyMs));
+    rows.push(pairedRow('daemon restart after a crash → `/readyz` 200', 'ms', starts.crashReadyMs));
 
     // Both daemons up for the plugin figures and the steady-state memory.
     await startTimed(upstream);

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
 import { test } from 'node:test';
 import {
   dryRunDocuments,
@@ -10,9 +9,7 @@ import {
   readNftGolden,
   trimmed,
 } from '../../packages/install-cni/test/istioIptablesHarness.ts';
-
-/** The bundled executable (`node scripts/build.ts install-cni`), run as a process. */
-const EXECUTABLE = resolve(import.meta.dirname, '../../dist/install-cni');
+import { DAEMON as EXECUTABLE } from '../support/daemonProcess.ts';
 
 function run(args: readonly string[], env: Record<string, string> = {}) {
   const result = spawnSync(EXECUTABLE, ['istio-iptables', ...args], {
