@@ -7,11 +7,15 @@ import { copyBinaries, VERIFIED_COPIES_FILE } from '../src/installer/copyBinarie
 import { buildKubeconfig, writeKubeconfig } from '../src/installer/kubeconfig.ts';
 import { Installer } from '../src/installer/installer.ts';
 import { atomicWrite } from '../src/installer/atomicWrite.ts';
-import { removeIstioEntry } from '../src/installer/insertCniConfig.ts';
+import { writeCniConfig } from '../src/installer/writeCniConfig.ts';
+import { insertCniConfig, removeIstioEntry } from '../src/installer/insertCniConfig.ts';
+import { checkValidCniConfig } from '../src/installer/checkValidCniConfig.ts';
+import { buildPluginConfig } from '@istio-cni/handoff';
 import {
   INSTALL_TESTDATA,
   CNI_TESTDATA,
   captureLogger,
+  cniSettings,
   cniTestSettings,
   scratchHost,
   seedOrdered,
@@ -96,7 +100,7 @@ describe('copyBinaries', () => {
   });
 });
 
-async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist']) {
+async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist'], owned = false) {
   // after-hooks run in registration order: the installer must stop before its scratch host is removed.
   const removeHost: (() => unknown)[] = [];
   const controller = new AbortController();
@@ -107,9 +111,11 @@ async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calic
     for (const remove of removeHost) await remove();
   });
   const host = await scratchHost({ after: (fn) => removeHost.push(fn) });
-  await seedOrdered(host.netDir, seeded);
+  // Owned: the primary at a usual priority (10-), after the owned 02-istio-cni.conflist.
+  await seedOrdered(host.netDir, seeded, owned ? 10 : 0);
   const log = captureLogger();
-  const settings = cniTestSettings(host);
+  const plain = cniTestSettings(host);
+  const settings = owned ? { ...plain, cni: { ...plain.cni, owned: true } } : plain;
   const installer = new Installer({ settings, logger: log.logger, throttle: { maxDelayMs: 20 } });
   running = installer.run(controller.signal);
   await waitFor('ready', () => installer.ready || undefined);
@@ -255,6 +261,47 @@ describe('installer watch loop', () => {
     );
     await waitFor('ready after the fight', () => installer.ready || undefined);
     assert.equal(removeIstioEntry(await readFile(path, 'utf8')), clean);
+  });
+});
+
+describe('Istio-owned CNI config', () => {
+  const withMtu = (conf: { plugins: Record<string, unknown>[] }, mtu: number) =>
+    `${JSON.stringify({ ...conf, plugins: conf.plugins.map((p, j) => (j === 0 ? { ...p, mtu } : p)) }, null, 2)}\n`;
+  const cleanCalico = async () =>
+    JSON.parse(await readFile(join(CNI_TESTDATA, 'pre/calico.conflist'), 'utf8')) as { plugins: Record<string, unknown>[] };
+
+  it('a primary rewriting its own conflist with a changed setting: the owned file follows it, the primary is never touched', async (t) => {
+    const { host, installer, settings } = await startInstaller(t, ['calico.conflist'], true);
+    const primaryPath = join(host.netDir, '10-calico.conflist');
+    const ownedPath = join(host.netDir, settings.cni.ownedFilename);
+    const clean = await cleanCalico();
+    const mirrored = (text: string) => insertCniConfig(buildPluginConfig(settings.cni.plugin), text);
+    for (let i = 0; i < 5; i++) {
+      const primary = withMtu(clean, 1400 + i);
+      await atomicWrite(primaryPath, primary, 0o644);
+      await waitFor(`the owned file mirroring rewrite ${i}`, async () =>
+        (await readFile(ownedPath, 'utf8')) === mirrored(primary) ? true : undefined,
+      );
+      assert.equal(await readFile(primaryPath, 'utf8'), primary, 'the primary is left as its owner wrote it');
+    }
+    await waitFor('ready after the rewrites', () => installer.ready || undefined);
+    assert.deepEqual((await readdir(host.netDir)).filter((n) => n.endsWith('.conflist')).sort(), [
+      '02-istio-cni.conflist',
+      '10-calico.conflist',
+    ]);
+  });
+
+  it('an owned file the primary changed under (same plugin types, another setting) is invalid', async (t) => {
+    const dir = await tempDir(t);
+    const clean = await cleanCalico();
+    const settings = cniSettings(dir, { owned: true });
+    await writeFile(join(dir, '10-calico.conflist'), withMtu(clean, 1400));
+    const record = await writeCniConfig(settings, { primaryName: '' });
+    const state = { configPath: record.path, primaryName: '' };
+    assert.equal(await checkValidCniConfig(settings, state), undefined);
+    assert.equal(state.primaryName, '10-calico.conflist');
+    await writeFile(join(dir, '10-calico.conflist'), withMtu(clean, 9000));
+    assert.match((await checkValidCniConfig(settings, state)) ?? 'valid', /no longer mirrors .*10-calico\.conflist/);
   });
 });
 
