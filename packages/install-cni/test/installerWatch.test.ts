@@ -291,6 +291,30 @@ describe('Istio-owned CNI config', () => {
     ]);
   });
 
+  it('switched from chained mode: the entry left in the primary goes once the owned file is in place, and an uninstall leaves no istio-cni', async (t) => {
+    const host = await scratchHost(t);
+    const primaryPath = join(host.netDir, '10-calico.conflist');
+    // What a chained-mode agent leaves through an upgrade: its entry in the primary.
+    const chained = await readFile(join(CNI_TESTDATA, 'expected/10-calico.conflist-istioconfig'), 'utf8');
+    await writeFile(primaryPath, chained, { mode: 0o644 });
+    const plain = cniTestSettings(host);
+    const settings = { ...plain, cni: { ...plain.cni, owned: true } };
+    const log = captureLogger();
+    const installer = new Installer({ settings, logger: log.logger });
+    await installer.installAll();
+    const ownedPath = join(host.netDir, settings.cni.ownedFilename);
+    assert.equal(await readFile(primaryPath, 'utf8'), removeIstioEntry(chained));
+    assert.equal((await stat(primaryPath)).mode & 0o777, 0o644);
+    assert.equal(await readFile(ownedPath, 'utf8'), insertCniConfig(buildPluginConfig(settings.cni.plugin), chained));
+    assert.ok(log.lines.some((l) => l.msg === 'removed a leftover istio-cni entry from the primary CNI config' && l.path === primaryPath));
+    assert.deepEqual(await installer.installAll(), { bytesWritten: 0, filesWritten: [] }, 'a second pass finds nothing to do');
+    const report = await installer.cleanup();
+    assert.deepEqual(report.binaryKeptFor, []);
+    assert.ok(report.binariesRemoved.length > 0);
+    assert.deepEqual(await readdir(host.netDir), ['10-calico.conflist']);
+    assert.equal(await readFile(primaryPath, 'utf8'), removeIstioEntry(chained));
+  });
+
   it('an owned file the primary changed under (same plugin types, another setting) is invalid', async (t) => {
     const dir = await tempDir(t);
     const clean = await cleanCalico();

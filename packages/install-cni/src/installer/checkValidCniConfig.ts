@@ -6,7 +6,7 @@ import { PLUGIN_TYPE, buildPluginConfig, type Logger } from '@istio-cni/handoff'
 import { listValidConfigFiles } from './cniConfigFiles.ts';
 import type { CniConfigSettings } from './cniConfigSettings.ts';
 import { errorMessage, isJsonObject, parseJson, type JsonObject } from '@istio-cni/cni';
-import { getPlugins, insertCniConfig } from './insertCniConfig.ts';
+import { getPlugins, hasIstioListEntry, insertCniConfig } from './insertCniConfig.ts';
 
 export interface CheckState {
   /** Path of the config file we last wrote or found valid; empty before the first pass. */
@@ -100,6 +100,7 @@ async function check(c: CniConfigSettings, state: CheckState, logger?: Logger): 
     // setting (an MTU, an IPAM range) would leave the chain the runtime uses on the old one for good.
     if (!isDeepStrictEqual(conf, parseJson(insertCniConfig(desired, primaryText))))
       return `${state.configPath} no longer mirrors ${primaryPath}`;
+    if (hasIstioListEntry(primaryText)) return `${primaryPath} still holds an istio-cni entry of chained mode`;
   }
   return undefined;
 }
