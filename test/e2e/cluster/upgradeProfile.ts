@@ -2,10 +2,14 @@ import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts'
 import { DAEMONSET, helm, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
 import { isReady, waitFor, type Pod } from './workloads.ts';
 
-/** `helm upgrade --reuse-values --set profile=<profile>`, then until every node's agent is replaced and Ready. */
-export async function upgradeToProfile(cluster: LocalCluster, profile: string): Promise<void> {
+/**
+ * `helm upgrade --reuse-values --set profile=<profile>` (and each of `values`, `key=value`), then
+ * until every node's agent is replaced and Ready.
+ */
+export async function upgradeToProfile(cluster: LocalCluster, profile: string, values: readonly string[] = []): Promise<void> {
   const api = cluster.controlPlane.api;
-  await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', `profile=${profile}`]);
+  const sets = [`profile=${profile}`, ...values].flatMap((v) => ['--set', v]);
+  await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', ...sets]);
   await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
   await waitFor(
     `every ${DAEMONSET} pod on the ${profile} profile and Ready`,
