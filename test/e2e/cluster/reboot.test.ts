@@ -142,7 +142,15 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     const aroundAgentStart = primaryRewrites
       ? waitFor(
           'the agent container starting on node 1',
-          async () => ((await node1().crictl(['ps', '-a', '--name', 'install-cni', '-q'])).trim() === '' ? undefined : true),
+          async () =>
+            (await node1()
+              .crictl(['ps', '-a', '--name', 'install-cni', '-q'])
+              .then(
+                (out) => out.trim(),
+                () => '',
+              )) === ''
+              ? undefined
+              : true,
           240_000,
         ).then(() => rewrite('as the agent container started'))
       : Promise.resolve();
