@@ -290,7 +290,7 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
       );
       all = [...all, ...(await pods(namespace))];
       failures = [...failures, ...(await sandboxFailures(startedAt, namespace))];
-      const repaired = await repairEvents(api(), namespace);
+      const repaired = await repairEvents(api(), namespace, startedAt);
       repairs += repaired.count;
       for (const r of repaired.reasons) reasons.add(r);
     }
