@@ -17,7 +17,15 @@ import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, type RunningNode } from './node.ts';
-import { conflistTypes, mirrorsPrimary, netDir, primaryConflistPath, rewritePrimaryConflist, runtimeConflist } from './primaryCni.ts';
+import {
+  conflistTypes,
+  mirrorsPrimary,
+  netDir,
+  OWNED_CONFLIST,
+  primaryConflistPath,
+  rewritePrimaryConflist,
+  runtimeConflist,
+} from './primaryCni.ts';
 import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
@@ -48,8 +56,6 @@ const TOKEN_REWRITE_BAR_MS = 10_000;
 const OUTAGE_MS = 60_000;
 const REWRITES = 20;
 const REWRITE_EVERY_MS = 2_000;
-/** The chart's default istioOwnedCNIConfigFileName. */
-const OWNED_CONFLIST = '02-istio-cni.conflist';
 
 const tokenOf = (kubeconfig: string): string | undefined => /^\s*token:\s*(\S+)\s*$/m.exec(kubeconfig)?.[1];
 const percentile = (sorted: readonly number[], p: number): number =>

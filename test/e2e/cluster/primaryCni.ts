@@ -7,6 +7,8 @@ import { isDeepStrictEqual } from 'node:util';
 import type { RunningNode } from './node.ts';
 
 export const PRIMARY_CONFLIST = '10-bridge.conflist';
+/** The chart's default istioOwnedCNIConfigFileName. */
+export const OWNED_CONFLIST = '02-istio-cni.conflist';
 const CONFIG_FILE = /\.(conflist|conf|json)$/;
 
 interface Conflist {

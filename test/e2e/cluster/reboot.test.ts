@@ -4,7 +4,8 @@
 // clean within 60 s of the agent's readiness, nothing deleted or restarted by hand. Run first with
 // the chart's default values (sidecar and plain pods), then after `helm upgrade` to profile=ambient
 // (ambient and sidecar pods, a fake ztunnel per node that restarts with its node); last, on that
-// profile, with the primary CNI's stand-in rewriting its conflist without istio-cni as the node boots.
+// profile, with the primary CNI's stand-in rewriting its conflist without istio-cni as the node boots,
+// then that again with the Istio-owned conflist (istioOwnedCNIConfig=true).
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -20,7 +21,15 @@ import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
 import { upgradeToProfile } from './upgradeProfile.ts';
-import { conflistTypes, primaryConflistPath, rewritePrimaryConflist } from './primaryCni.ts';
+import {
+  conflistTypes,
+  mirrorsPrimary,
+  netDir,
+  OWNED_CONFLIST,
+  primaryConflistPath,
+  rewritePrimaryConflist,
+  runtimeConflist,
+} from './primaryCni.ts';
 import {
   container,
   isReady,
@@ -108,6 +117,15 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     ztunnels.set(node.layout.name, zt);
     return zt;
   };
+  /** `helm upgrade` to profile=ambient (with `values`), then each node's fake ztunnel connected to its new agent and served its snapshot. */
+  const upgradeWithZtunnels = async (values: readonly string[] = []) => {
+    await upgradeToProfile(cluster, 'ambient', values);
+    for (const node of cluster.nodes) {
+      ztunnels.get(node.layout.name)?.close();
+      const zt = await connectZtunnel(node);
+      await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the first snapshot`, 30_000);
+    }
+  };
   const audit = (namespaces: readonly string[], ambientEnabled: boolean): Promise<AuditRow[]> =>
     collectAudit({ api: api(), node: node1(), namespaces, ambientEnabled, ztunnel: ztunnels.get(node1().layout.name) });
 
@@ -117,8 +135,14 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
    * `primaryRewrites`: the primary CNI's stand-in rewrites its conflist without istio-cni as the node
    * boots (before kubelet starts) and again as the agent's container starts, as a primary CNI's
    * agent does on its own start; the pods whose validation then failed and the repairs are reported.
+   * 'changed': each rewrite also changes a setting of the file (for the Istio-owned conflist to follow).
    */
-  const rebootAndAudit = async (t: TestContext, namespaces: readonly string[], ambient: boolean, primaryRewrites = false) => {
+  const rebootAndAudit = async (
+    t: TestContext,
+    namespaces: readonly string[],
+    ambient: boolean,
+    primaryRewrites: false | 'same' | 'changed' = false,
+  ) => {
     const before = await audit(namespaces, ambient);
     t.diagnostic(`before the reboot:\n${auditTable(before)}`);
     assert.deepEqual(auditFailures(before), [], 'the audit is clean before the reboot');
@@ -133,7 +157,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     assert.ok(state !== undefined);
     const rewrites: string[] = [];
     const rewrite = (when: string) => {
-      rewritePrimaryConflist(node1());
+      rewritePrimaryConflist(node1(), primaryRewrites === 'changed' ? Date.now() : undefined);
       rewrites.push(`${when} ${((Date.now() - rebootedAt) / 1000).toFixed(1)} s after the reboot`);
     };
     cluster.nodes[0] = await rebootNode(state, node1(), cluster.controlPlane, {
@@ -258,11 +282,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
   it('profile=ambient: ambient and sidecar pods on node 1 end enrolled and captured, none left annotated without rules, with a fresh ztunnel', {
     timeout: 600_000,
   }, async (t) => {
-    await upgradeToProfile(cluster, 'ambient');
-    for (const node of cluster.nodes) {
-      const zt = await connectZtunnel(node);
-      await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the first snapshot`, 30_000);
-    }
+    await upgradeWithZtunnels();
     await createNamespace(AMBIENT_NS, { 'istio.io/dataplane-mode': 'ambient' });
     for (const i of [1, 2, 3]) await createPod(AMBIENT_NS, `ambient-${i}`, [container('app', 'sleep 86400')]);
     await waitAllReady(AMBIENT_NS);
@@ -285,8 +305,32 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     for (const i of [1, 2, 3]) await sidecarPod(NS, `validated-${i}`, true);
     await createPod(NS, 'plain-rewrite', [container('app', serve(8080, 'plain-8080'))]);
     await waitAllReady(NS);
-    await rebootAndAudit(t, [NS, AMBIENT_NS], true, true);
+    await rebootAndAudit(t, [NS, AMBIENT_NS], true, 'same');
     assert.ok(conflistTypes(primaryConflistPath(node1())).includes('istio-cni'), 'istio-cni chained again');
+  });
+
+  it('profile=ambient with the Istio-owned conflist, the primary rewriting its conflist (a setting changed) as the node boots: the owned file stays first and follows it; every pod ends captured or enrolled within 60 s of the agent being Ready', {
+    timeout: 600_000,
+  }, async (t) => {
+    await upgradeWithZtunnels(['istioOwnedCNIConfig=true']);
+    const ownedPath = join(netDir(node1()), OWNED_CONFLIST);
+    await waitFor(
+      `${OWNED_CONFLIST} in place, mirroring the primary`,
+      async () => (runtimeConflist(node1()) === ownedPath && mirrorsPrimary(ownedPath, node1()) ? true : undefined),
+      60_000,
+    );
+    await rebootAndAudit(t, [NS, AMBIENT_NS], true, 'changed');
+    assert.equal(runtimeConflist(node1()), ownedPath, 'the owned conflist is still the one the runtime picks');
+    await waitFor(
+      `${OWNED_CONFLIST} mirroring the rewritten primary`,
+      async () => (mirrorsPrimary(ownedPath, node1()) ? true : undefined),
+      10_000,
+    );
+    assert.deepEqual(
+      conflistTypes(primaryConflistPath(node1())),
+      ['bridge', 'portmap'],
+      "the primary's file is left as its owner wrote it",
+    );
   });
 });
 
