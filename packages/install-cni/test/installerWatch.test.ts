@@ -7,11 +7,15 @@ import { copyBinaries, VERIFIED_COPIES_FILE } from '../src/installer/copyBinarie
 import { buildKubeconfig, writeKubeconfig } from '../src/installer/kubeconfig.ts';
 import { Installer } from '../src/installer/installer.ts';
 import { atomicWrite } from '../src/installer/atomicWrite.ts';
-import { removeIstioEntry } from '../src/installer/insertCniConfig.ts';
+import { writeCniConfig } from '../src/installer/writeCniConfig.ts';
+import { insertCniConfig, removeIstioEntry } from '../src/installer/insertCniConfig.ts';
+import { checkValidCniConfig } from '../src/installer/checkValidCniConfig.ts';
+import { buildPluginConfig } from '@istio-cni/handoff';
 import {
   INSTALL_TESTDATA,
   CNI_TESTDATA,
   captureLogger,
+  cniSettings,
   cniTestSettings,
   hostForRun,
   scratchHost,
@@ -97,11 +101,13 @@ describe('copyBinaries', () => {
   });
 });
 
-async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist']) {
+async function startInstaller(t: Parameters<typeof tempDir>[0], seeded = ['calico.conflist'], owned = false) {
   const { host, controller, run } = await hostForRun(t);
-  await seedOrdered(host.netDir, seeded);
+  // Owned: the primary at a usual priority (10-), after the owned 02-istio-cni.conflist.
+  await seedOrdered(host.netDir, seeded, owned ? 10 : 0);
   const log = captureLogger();
-  const settings = cniTestSettings(host);
+  const plain = cniTestSettings(host);
+  const settings = owned ? { ...plain, cni: { ...plain.cni, owned: true } } : plain;
   const installer = new Installer({ settings, logger: log.logger, throttle: { maxDelayMs: 20 } });
   const running = run(installer);
   await waitFor('ready', () => installer.ready || undefined);
@@ -242,6 +248,71 @@ describe('installer watch loop', () => {
     );
     await waitFor('ready after the fight', () => installer.ready || undefined);
     assert.equal(removeIstioEntry(await readFile(path, 'utf8')), clean);
+  });
+});
+
+describe('Istio-owned CNI config', () => {
+  const withMtu = (conf: { plugins: Record<string, unknown>[] }, mtu: number) =>
+    `${JSON.stringify({ ...conf, plugins: conf.plugins.map((p, j) => (j === 0 ? { ...p, mtu } : p)) }, null, 2)}\n`;
+  const cleanCalico = async () =>
+    JSON.parse(await readFile(join(CNI_TESTDATA, 'pre/calico.conflist'), 'utf8')) as { plugins: Record<string, unknown>[] };
+
+  it('a primary rewriting its own conflist with a changed setting: the owned file follows it, the primary is never touched', async (t) => {
+    const { host, installer, settings } = await startInstaller(t, ['calico.conflist'], true);
+    const primaryPath = join(host.netDir, '10-calico.conflist');
+    const ownedPath = join(host.netDir, settings.cni.ownedFilename);
+    const clean = await cleanCalico();
+    const mirrored = (text: string) => insertCniConfig(buildPluginConfig(settings.cni.plugin), text);
+    for (let i = 0; i < 5; i++) {
+      const primary = withMtu(clean, 1400 + i);
+      await atomicWrite(primaryPath, primary, 0o644);
+      await waitFor(`the owned file mirroring rewrite ${i}`, async () =>
+        (await readFile(ownedPath, 'utf8')) === mirrored(primary) ? true : undefined,
+      );
+      assert.equal(await readFile(primaryPath, 'utf8'), primary, 'the primary is left as its owner wrote it');
+    }
+    await waitFor('ready after the rewrites', () => installer.ready || undefined);
+    assert.deepEqual((await readdir(host.netDir)).filter((n) => n.endsWith('.conflist')).sort(), [
+      '02-istio-cni.conflist',
+      '10-calico.conflist',
+    ]);
+  });
+
+  it('switched from chained mode: the entry left in the primary goes once the owned file is in place, and an uninstall leaves no istio-cni', async (t) => {
+    const host = await scratchHost(t);
+    const primaryPath = join(host.netDir, '10-calico.conflist');
+    // What a chained-mode agent leaves through an upgrade: its entry in the primary.
+    const chained = await readFile(join(CNI_TESTDATA, 'expected/10-calico.conflist-istioconfig'), 'utf8');
+    await writeFile(primaryPath, chained, { mode: 0o644 });
+    const plain = cniTestSettings(host);
+    const settings = { ...plain, cni: { ...plain.cni, owned: true } };
+    const log = captureLogger();
+    const installer = new Installer({ settings, logger: log.logger });
+    await installer.installAll();
+    const ownedPath = join(host.netDir, settings.cni.ownedFilename);
+    assert.equal(await readFile(primaryPath, 'utf8'), removeIstioEntry(chained));
+    assert.equal((await stat(primaryPath)).mode & 0o777, 0o644);
+    assert.equal(await readFile(ownedPath, 'utf8'), insertCniConfig(buildPluginConfig(settings.cni.plugin), chained));
+    assert.ok(log.lines.some((l) => l.msg === 'removed a leftover istio-cni entry from the primary CNI config' && l.path === primaryPath));
+    assert.deepEqual(await installer.installAll(), { bytesWritten: 0, filesWritten: [] }, 'a second pass finds nothing to do');
+    const report = await installer.cleanup();
+    assert.deepEqual(report.binaryKeptFor, []);
+    assert.ok(report.binariesRemoved.length > 0);
+    assert.deepEqual(await readdir(host.netDir), ['10-calico.conflist']);
+    assert.equal(await readFile(primaryPath, 'utf8'), removeIstioEntry(chained));
+  });
+
+  it('an owned file the primary changed under (same plugin types, another setting) is invalid', async (t) => {
+    const dir = await tempDir(t);
+    const clean = await cleanCalico();
+    const settings = cniSettings(dir, { owned: true });
+    await writeFile(join(dir, '10-calico.conflist'), withMtu(clean, 1400));
+    const record = await writeCniConfig(settings, { primaryName: '' });
+    const state = { configPath: record.path, primaryName: '' };
+    assert.equal(await checkValidCniConfig(settings, state), undefined);
+    assert.equal(state.primaryName, '10-calico.conflist');
+    await writeFile(join(dir, '10-calico.conflist'), withMtu(clean, 9000));
+    assert.match((await checkValidCniConfig(settings, state)) ?? 'valid', /no longer mirrors .*10-calico\.conflist/);
   });
 });
 

@@ -168,9 +168,9 @@ export function cniTestSettings(
   };
 }
 
-export async function seedOrdered(dir: string, names: string[]): Promise<void> {
+export async function seedOrdered(dir: string, names: string[], firstPriority = 0): Promise<void> {
   for (const [i, name] of names.entries()) {
-    const dst = join(dir, `0${i}-${name}`);
+    const dst = join(dir, `${String(firstPriority + i).padStart(2, '0')}-${name}`);
     await copyFile(join(CNI_TESTDATA, 'pre', name), dst);
     await chmod(dst, 0o644);
   }

@@ -3,9 +3,10 @@
 // token the API rejects, with the agent up and while it is down; 2 the agent down for about 60 s
 // while sidecar pods arrive (degraded mode); 3 the primary CNI rewriting its conflist without
 // `istio-cni` 20 times while a sidecar pod arrives every second; 4 the outage of 2 on profile=ambient
-// (a fake ztunnel per node), ambient pods arriving too.
+// (a fake ztunnel per node), ambient pods arriving too; 5 the rewrites of 3 on profile=ambient with
+// the Istio-owned conflist (istioOwnedCNIConfig=true), each changing a setting of the primary's file.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -16,6 +17,15 @@ import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, type RunningNode } from './node.ts';
+import {
+  conflistTypes,
+  mirrorsPrimary,
+  netDir,
+  OWNED_CONFLIST,
+  primaryConflistPath,
+  rewritePrimaryConflist,
+  runtimeConflist,
+} from './primaryCni.ts';
 import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
@@ -25,6 +35,7 @@ import {
   isReady,
   NOWHERE,
   probeOnce,
+  repairEvents,
   serve,
   summarizeUpgradeFailures,
   validationContainer,
@@ -38,6 +49,7 @@ const IMAGE = SUITE_IMAGE;
 const IMAGE_ARCHIVE = SUITE_IMAGE_ARCHIVE;
 const NS = 'e2e-lifecycle';
 const AMBIENT_NS = 'e2e-lifecycle-ambient';
+const AMBIENT_LABELS = { 'istio.io/dataplane-mode': 'ambient' };
 const REJECTED_TOKEN = 'revoked-token-the-api-rejects';
 /** The bar for the agent to put its token back into a kubeconfig someone else changed. */
 const TOKEN_REWRITE_BAR_MS = 10_000;
@@ -58,15 +70,7 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
     return n;
   };
   const kubeconfigPath = () => join(nodePrivateDir(node1().layout, '/run/istio-cni'), 'istio-cni-kubeconfig');
-  const conflistPath = () => join(node1().layout.dir, 'cni/net.d/10-bridge.conflist');
-  const conflistTypes = (): string[] => {
-    try {
-      return (JSON.parse(readFileSync(conflistPath(), 'utf8')) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
-    } catch {
-      return [];
-    }
-  };
-
+  const conflistPath = () => primaryConflistPath(node1());
   const sidecarPod = (name: string, validation: boolean) =>
     api().must('POST', `/api/v1/namespaces/${NS}/pods`, {
       apiVersion: 'v1',
@@ -155,10 +159,30 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
     assert.deepEqual(auditFailures(rows), [], `${what}: the audit of node 1 is clean:\n${auditTable(rows)}`);
     assert.ok(rows.length > 0, 'pods were audited');
   };
-  const deleteAllPods = async () => {
-    await api().must('DELETE', `/api/v1/namespaces/${NS}/pods`);
-    await waitFor('the previous scenario pods gone', async () => ((await pods()).length === 0 ? true : undefined), 120_000);
+  const deleteAllPods = async (namespace = NS) => {
+    await api().must('DELETE', `/api/v1/namespaces/${namespace}/pods`);
+    await waitFor(
+      `the previous scenario pods of ${namespace} gone`,
+      async () => ((await pods(namespace)).length === 0 ? true : undefined),
+      120_000,
+    );
   };
+  const ensureNamespace = async (name: string, labels: Record<string, string> = {}) => {
+    if ((await api().request('GET', `/api/v1/namespaces/${name}`)).status === 404)
+      await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+    await waitFor(
+      `the default service account in ${name}`,
+      async () => ((await api().request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
+      60_000,
+    );
+  };
+  const ambientPod = (name: string) =>
+    api().must('POST', `/api/v1/namespaces/${AMBIENT_NS}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace: AMBIENT_NS },
+      spec: { nodeName: node1().layout.name, terminationGracePeriodSeconds: 1, containers: [container('app', 'sleep 86400')] },
+    });
   /**
    * Keeps node 1's agent container down for OUTAGE_MS (every start kubelet makes is killed at once;
    * its back-off grows: 10 s, 20 s, 40 s) while `arrive(i)` runs every 8 s, then deletes the agent
@@ -199,14 +223,103 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
     };
   };
 
+  /**
+   * The primary's stand-in rewrites its conflist without istio-cni REWRITES times, one every
+   * REWRITE_EVERY_MS, while `arrive(i)` creates pods on node 1 every second. Per rewrite, the time
+   * until the agent made it right again, sampled every 10 ms: istio-cni back in the primary's file
+   * or, with the Istio-owned conflist, that file mirroring the primary's new content (each rewrite
+   * changes a setting); and throughout, the samples where the file the runtime picks lacked istio-cni.
+   */
+  const primaryRewrites = async (
+    t: TestContext,
+    o: { owned: boolean; arrive: (i: number) => Promise<unknown>; namespaces?: readonly string[] },
+  ) => {
+    const namespaces = o.namespaces ?? [NS];
+    const ownedPath = join(netDir(node1()), OWNED_CONFLIST);
+    const settled = o.owned ? () => mirrorsPrimary(ownedPath, node1()) : () => conflistTypes(conflistPath()).includes('istio-cni');
+    const startedAt = Date.now();
+    const latencies: number[] = [];
+    let missed = 0;
+    let done = false;
+    let created = 0;
+    let samples = 0;
+    const runtimeGaps = new Map<string, number>();
+    const sampling = (async () => {
+      while (!done) {
+        const file = runtimeConflist(node1());
+        samples++;
+        if (file === undefined || !conflistTypes(file).includes('istio-cni')) {
+          const name = file?.slice(file.lastIndexOf('/') + 1) ?? '(none)';
+          runtimeGaps.set(name, (runtimeGaps.get(name) ?? 0) + 1);
+        }
+        await sleep(10);
+      }
+    })();
+    const creating = (async () => {
+      while (!done) {
+        await o.arrive(created++);
+        await sleep(1000);
+      }
+    })();
+    try {
+      for (let i = 0; i < REWRITES; i++) {
+        const at = Date.now();
+        rewritePrimaryConflist(node1(), o.owned ? at : undefined);
+        const wrote = Date.now();
+        let back: number | undefined;
+        while (Date.now() - wrote < 10_000) {
+          if (settled()) {
+            back = Date.now();
+            break;
+          }
+          await sleep(10);
+        }
+        if (back === undefined) missed++;
+        else latencies.push(back - wrote);
+        await sleep(Math.max(0, REWRITE_EVERY_MS - (Date.now() - at)));
+      }
+    } finally {
+      done = true;
+      await Promise.all([creating, sampling]);
+    }
+    const ended = Date.now();
+    let all: Pod[] = [];
+    let failures: SandboxFailureEvent[] = [];
+    let repairs = 0;
+    const reasons = new Set<string>();
+    for (const namespace of namespaces) {
+      await waitFor(
+        `every pod of ${namespace} Running and Ready`,
+        async () => ((await pods(namespace)).every((p) => p.status?.phase === 'Running' && isReady(p)) ? true : undefined),
+        300_000,
+        () => describeNamespace(cluster.controlPlane, namespace),
+      );
+      all = [...all, ...(await pods(namespace))];
+      failures = [...failures, ...(await sandboxFailures(startedAt, namespace))];
+      const repaired = await repairEvents(api(), namespace, startedAt);
+      repairs += repaired.count;
+      for (const r of repaired.reasons) reasons.add(r);
+    }
+    const summary = summarizeUpgradeFailures(all, failures, startedAt, ended);
+    const sorted = [...latencies].sort((a, b) => a - b);
+    const gaps = [...runtimeGaps].map(([f, n]) => `${n} with ${f}`).join(', ') || 'none';
+    t.diagnostic(
+      `${REWRITES} rewrites every ${REWRITE_EVERY_MS / 1000} s${o.owned ? ' (Istio-owned conflist; each rewrite changes a setting)' : ''}: ` +
+        `${o.owned ? `${OWNED_CONFLIST} mirroring the primary again` : 'istio-cni back'} after p50 ${percentile(sorted, 50)} ms, ` +
+        `p99 ${percentile(sorted, 99)} ms, max ${sorted.at(-1)} ms (sampled every 10 ms), ${missed} not within 10 s; ` +
+        `the runtime's conflist without istio-cni in ${gaps} of ${samples} samples; ` +
+        `${created} pods created: ${summary.uncaptured.length} had istio-validation exit 126 in their status` +
+        `${summary.uncaptured.length ? ` (${summary.uncaptured.join(', ')})` : ''}, ${summary.sandboxFailures} FailedCreatePodSandBox, ` +
+        `${repairs} repair event(s) (${[...reasons].join(', ')})`,
+    );
+    assert.equal(missed, 0, 'the agent made the chain right again within 10 s of every rewrite');
+    assert.equal(all.length, created, 'every pod created is there');
+    return { runtimeGaps, summary };
+  };
+
   before(async () => {
     cluster = await bringUp({ nodes: 2, image: IMAGE, imageTar: IMAGE_ARCHIVE });
-    await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-    await waitFor(
-      `the default service account in ${NS}`,
-      async () => ((await api().request('GET', `/api/v1/namespaces/${NS}/serviceaccounts/default`)).status === 200 ? true : undefined),
-      60_000,
-    );
+    await ensureNamespace(NS);
   });
 
   after(async () => {
@@ -329,73 +442,9 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
   it('3 a primary CNI rewriting its conflist 20 times: istio-cni is put back each time; every sidecar pod ends captured', {
     timeout: 600_000,
   }, async (t) => {
-    assert.deepEqual(conflistTypes(), ['bridge', 'portmap', 'istio-cni'], 'chained before');
-    const startedAt = Date.now();
-    const latencies: number[] = [];
-    let missed = 0;
-    let done = false;
-    let created = 0;
-    const names: string[] = [];
-    const creating = (async () => {
-      while (!done) {
-        const name = `rewrite-${created++}`;
-        names.push(name);
-        await sidecarPod(name, true);
-        await sleep(1000);
-      }
-    })();
-    try {
-      for (let i = 0; i < REWRITES; i++) {
-        const at = Date.now();
-        // As Cilium writes it: the whole file, its own plugins only, renamed into place.
-        const doc = JSON.parse(readFileSync(conflistPath(), 'utf8')) as { plugins: { type: string }[] };
-        doc.plugins = doc.plugins.filter((p) => p.type !== 'istio-cni');
-        const tmp = `${conflistPath()}.primary-tmp`;
-        writeFileSync(tmp, `${JSON.stringify(doc, null, 2)}\n`);
-        renameSync(tmp, conflistPath());
-        const wrote = Date.now();
-        let back: number | undefined;
-        while (Date.now() - wrote < 10_000) {
-          if (conflistTypes().includes('istio-cni')) {
-            back = Date.now();
-            break;
-          }
-          await sleep(10);
-        }
-        if (back === undefined) missed++;
-        else latencies.push(back - wrote);
-        await sleep(Math.max(0, REWRITE_EVERY_MS - (Date.now() - at)));
-      }
-    } finally {
-      done = true;
-      await creating;
-    }
-    const ended = Date.now();
-    await waitFor(
-      `every pod of ${NS} Running and Ready`,
-      async () => ((await pods()).every((p) => p.status?.phase === 'Running' && isReady(p)) ? true : undefined),
-      300_000,
-      () => describeNamespace(cluster.controlPlane, NS),
-    );
-    const all = await pods();
-    const summary = summarizeUpgradeFailures(all, await sandboxFailures(startedAt), startedAt, ended);
-    const repairEvents = (
-      await api().must<{ items: { reason?: string; count?: number; source?: { component?: string }; reportingComponent?: string }[] }>(
-        'GET',
-        `/api/v1/namespaces/${NS}/events`,
-      )
-    ).items.filter((e) => /repair/i.test(`${e.reason} ${e.source?.component ?? ''} ${e.reportingComponent ?? ''}`));
-    const sorted = [...latencies].sort((a, b) => a - b);
-    t.diagnostic(
-      `${REWRITES} rewrites every ${REWRITE_EVERY_MS / 1000} s: istio-cni back after p50 ${percentile(sorted, 50)} ms, ` +
-        `p99 ${percentile(sorted, 99)} ms, max ${sorted.at(-1)} ms (sampled every 10 ms), ${missed} not back within 10 s; ` +
-        `${created} sidecar pods with istio-validation: ${summary.uncaptured.length} had istio-validation exit 126 in their status` +
-        `${summary.uncaptured.length ? ` (${summary.uncaptured.join(', ')})` : ''}, ${summary.sandboxFailures} FailedCreatePodSandBox, ` +
-        `${repairEvents.reduce((n, e) => n + (e.count ?? 1), 0)} repair event(s) (${[...new Set(repairEvents.map((e) => e.reason))].join(', ')})`,
-    );
-    assert.equal(missed, 0, 'istio-cni back in the conflist within 10 s of every rewrite');
-    assert.deepEqual(conflistTypes(), ['bridge', 'portmap', 'istio-cni'], 'chained at the end');
-    assert.equal(all.length, created, 'every pod created is there');
+    assert.deepEqual(conflistTypes(conflistPath()), ['bridge', 'portmap', 'istio-cni'], 'chained before');
+    await primaryRewrites(t, { owned: false, arrive: (i) => sidecarPod(`rewrite-${i}`, true) });
+    assert.deepEqual(conflistTypes(conflistPath()), ['bridge', 'portmap', 'istio-cni'], 'chained at the end');
     await assertEndState(t, 'primary CNI rewrites');
     await deleteAllPods();
   });
@@ -405,24 +454,7 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
   }, async (t) => {
     await upgradeToProfile(cluster, 'ambient');
     for (const node of cluster.nodes) await connectZtunnel(node);
-    await api().must('POST', '/api/v1/namespaces', {
-      apiVersion: 'v1',
-      kind: 'Namespace',
-      metadata: { name: AMBIENT_NS, labels: { 'istio.io/dataplane-mode': 'ambient' } },
-    });
-    await waitFor(
-      `the default service account in ${AMBIENT_NS}`,
-      async () =>
-        (await api().request('GET', `/api/v1/namespaces/${AMBIENT_NS}/serviceaccounts/default`)).status === 200 ? true : undefined,
-      60_000,
-    );
-    const ambientPod = (name: string) =>
-      api().must('POST', `/api/v1/namespaces/${AMBIENT_NS}/pods`, {
-        apiVersion: 'v1',
-        kind: 'Pod',
-        metadata: { name, namespace: AMBIENT_NS },
-        spec: { nodeName: node1().layout.name, terminationGracePeriodSeconds: 1, containers: [container('app', 'sleep 86400')] },
-      });
+    await ensureNamespace(AMBIENT_NS, AMBIENT_LABELS);
     const outage = await agentOutage(async (i) => {
       await sidecarPod(`ambient-outage-sidecar-${i}`, false);
       await ambientPod(`ambient-outage-${i}`);
@@ -452,5 +484,38 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
     assert.equal(ambientRunningDuring, 0, 'no ambient pod starts while the agent is down (fail closed)');
     assert.ok(ambientFailures.length > 0, 'kubelet retried the ambient sandboxes');
     assert.equal(sidecarFailures.length, 0, 'sidecar pods start through degraded mode');
+  });
+
+  it('5 profile=ambient with the Istio-owned conflist: a primary CNI rewriting its own conflist 20 times (a setting changed each time) never displaces the owned file, which follows each rewrite; every pod ends captured or enrolled', {
+    timeout: 600_000,
+  }, async (t) => {
+    await deleteAllPods(NS);
+    await ensureNamespace(AMBIENT_NS, AMBIENT_LABELS);
+    await deleteAllPods(AMBIENT_NS);
+    await upgradeToProfile(cluster, 'ambient', ['istioOwnedCNIConfig=true']);
+    for (const node of cluster.nodes) await connectZtunnel(node);
+    const ownedPath = join(netDir(node1()), OWNED_CONFLIST);
+    await waitFor(
+      `${OWNED_CONFLIST} the runtime's conflist, mirroring the primary`,
+      async () => (runtimeConflist(node1()) === ownedPath && mirrorsPrimary(ownedPath, node1()) ? true : undefined),
+      60_000,
+      async () => `${runtimeConflist(node1())}: ${conflistTypes(runtimeConflist(node1()) ?? '').join(', ')}`,
+    );
+    // The entry the chained-mode agent left through the upgrade goes once the owned file is in place.
+    await waitFor(
+      `the chained-mode entry removed from ${conflistPath()}`,
+      async () => (conflistTypes(conflistPath()).join() === 'bridge,portmap' ? true : undefined),
+      30_000,
+      async () => conflistTypes(conflistPath()).join(', '),
+    );
+    const { runtimeGaps } = await primaryRewrites(t, {
+      owned: true,
+      namespaces: [NS, AMBIENT_NS],
+      arrive: (i) => (i % 2 === 0 ? sidecarPod(`owned-${i}`, true) : ambientPod(`owned-${i}`)),
+    });
+    assert.deepEqual([...runtimeGaps], [], 'the file the runtime picks held istio-cni in every sample');
+    assert.equal(runtimeConflist(node1()), ownedPath, 'the owned conflist is still the one the runtime picks');
+    assert.deepEqual(conflistTypes(conflistPath()), ['bridge', 'portmap'], "the primary's file is left as its owner wrote it");
+    await assertEndState(t, 'primary CNI rewrites, Istio-owned conflist', [NS, AMBIENT_NS], true);
   });
 });

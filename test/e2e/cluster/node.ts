@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { cgroupHierarchies } from '../support/cgroupHierarchies.ts';
 import { containerdArgv, ctrArgv, renderContainerdConfig } from '../support/containerd.ts';
 import { writePrimaryNetwork } from '../support/primaryNetwork.ts';
+import { PRIMARY_CONFLIST } from './primaryCni.ts';
 import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
@@ -128,7 +129,7 @@ export async function startNode(
     name: 'cluster-pods',
     bridge: 'cni0',
     subnet: node.podCidr,
-    fileName: '10-bridge.conflist',
+    fileName: PRIMARY_CONFLIST,
     ipMasq: false,
     cniVersion: primaryCniVersion,
   });
@@ -154,7 +155,12 @@ export async function startNode(
  * containerd, kubelet, as `startNode` does but with the images already in the runtime.
  * The node's netns itself (its links) stands in for the machine's NICs and is kept.
  */
-export async function rebootNode(state: ClusterState, running: RunningNode, controlPlane: ControlPlane): Promise<RunningNode> {
+export async function rebootNode(
+  state: ClusterState,
+  running: RunningNode,
+  controlPlane: ControlPlane,
+  o: { beforeKubelet?: () => void | Promise<void> } = {},
+): Promise<RunningNode> {
   const node = running.layout;
   const old = [running.holder, running.containerd, running.kubelet];
   try {
@@ -183,6 +189,8 @@ export async function rebootNode(state: ClusterState, running: RunningNode, cont
   const holder = await startHolder(state, node);
   await addKubernetesServiceDnat(holder);
   const { containerd, containerdSocket, crictl } = await startContainerd(state, node, holder);
+  // What a node's boot runs before kubelet (a primary CNI's unit, say).
+  await o.beforeKubelet?.();
   const kubelet = await startKubelet(state, node, controlPlane, holder, containerdSocket);
   return { layout: node, holder, containerd, kubelet, containerdSocket, crictl };
 }

@@ -3,7 +3,9 @@
 // every sandbox, many before the agent is Ready. The bar: the mesh audit (audit.ts) of node 1 is
 // clean within 60 s of the agent's readiness, nothing deleted or restarted by hand. Run first with
 // the chart's default values (sidecar and plain pods), then after `helm upgrade` to profile=ambient
-// (ambient and sidecar pods, a fake ztunnel per node that restarts with its node).
+// (ambient and sidecar pods, a fake ztunnel per node that restarts with its node); last, on that
+// profile, with the primary CNI's stand-in rewriting its conflist without istio-cni as the node boots,
+// then that again with the Istio-owned conflist (istioOwnedCNIConfig=true).
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,7 +21,29 @@ import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
 import { upgradeToProfile } from './upgradeProfile.ts';
-import { container, isReady, NOWHERE, probe, serve, waitFor, whenListening, type Pod, type SandboxFailureEvent } from './workloads.ts';
+import {
+  conflistTypes,
+  mirrorsPrimary,
+  netDir,
+  OWNED_CONFLIST,
+  primaryConflistPath,
+  rewritePrimaryConflist,
+  runtimeConflist,
+} from './primaryCni.ts';
+import {
+  container,
+  isReady,
+  NOWHERE,
+  probe,
+  repairEvents,
+  serve,
+  validationContainer,
+  validationFailed,
+  waitFor,
+  whenListening,
+  type Pod,
+  type SandboxFailureEvent,
+} from './workloads.ts';
 
 const IMAGE = SUITE_IMAGE;
 const IMAGE_ARCHIVE = SUITE_IMAGE_ARCHIVE;
@@ -46,14 +70,20 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
       60_000,
     );
   };
-  const createPod = (namespace: string, name: string, containers: unknown[], annotations: Record<string, string> = {}) =>
+  const createPod = (
+    namespace: string,
+    name: string,
+    containers: unknown[],
+    annotations: Record<string, string> = {},
+    initContainers: unknown[] = [],
+  ) =>
     api().must('POST', `/api/v1/namespaces/${namespace}/pods`, {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name, namespace, annotations },
-      spec: { nodeName: node1().layout.name, terminationGracePeriodSeconds: 1, containers },
+      spec: { nodeName: node1().layout.name, terminationGracePeriodSeconds: 1, initContainers, containers },
     });
-  const sidecarPod = (namespace: string, name: string) =>
+  const sidecarPod = (namespace: string, name: string, validation = false) =>
     createPod(
       namespace,
       name,
@@ -62,6 +92,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
         container('app', whenListening(15001, 'proxy-15001', probe(NOWHERE, 80))),
       ],
       { 'sidecar.istio.io/status': SIDECAR_STATUS },
+      validation ? [validationContainer()] : [],
     );
   const pods = async (namespace: string) => (await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${namespace}/pods`)).items;
   const waitAllReady = (namespace: string, timeoutMs = 180_000) =>
@@ -86,14 +117,32 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     ztunnels.set(node.layout.name, zt);
     return zt;
   };
+  /** `helm upgrade` to profile=ambient (with `values`), then each node's fake ztunnel connected to its new agent and served its snapshot. */
+  const upgradeWithZtunnels = async (values: readonly string[] = []) => {
+    await upgradeToProfile(cluster, 'ambient', values);
+    for (const node of cluster.nodes) {
+      ztunnels.get(node.layout.name)?.close();
+      const zt = await connectZtunnel(node);
+      await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the first snapshot`, 30_000);
+    }
+  };
   const audit = (namespaces: readonly string[], ambientEnabled: boolean): Promise<AuditRow[]> =>
     collectAudit({ api: api(), node: node1(), namespaces, ambientEnabled, ztunnel: ztunnels.get(node1().layout.name) });
 
   /**
    * Reboots node 1 and polls the audit until clean; reports sandbox failures, the time to a clean
    * audit after the agent's readiness, and the pods the agent's start-up reconciliation handled.
+   * `primaryRewrites`: the primary CNI's stand-in rewrites its conflist without istio-cni as the node
+   * boots (before kubelet starts) and again as the agent's container starts, as a primary CNI's
+   * agent does on its own start; the pods whose validation then failed and the repairs are reported.
+   * 'changed': each rewrite also changes a setting of the file (for the Istio-owned conflist to follow).
    */
-  const rebootAndAudit = async (t: TestContext, namespaces: readonly string[], ambient: boolean) => {
+  const rebootAndAudit = async (
+    t: TestContext,
+    namespaces: readonly string[],
+    ambient: boolean,
+    primaryRewrites: false | 'same' | 'changed' = false,
+  ) => {
     const before = await audit(namespaces, ambient);
     t.diagnostic(`before the reboot:\n${auditTable(before)}`);
     assert.deepEqual(auditFailures(before), [], 'the audit is clean before the reboot');
@@ -106,7 +155,29 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     ztunnels.delete(node1().layout.name);
     const state = loadState();
     assert.ok(state !== undefined);
-    cluster.nodes[0] = await rebootNode(state, node1(), cluster.controlPlane);
+    const rewrites: string[] = [];
+    const rewrite = (when: string) => {
+      rewritePrimaryConflist(node1(), primaryRewrites === 'changed' ? Date.now() : undefined);
+      rewrites.push(`${when} ${((Date.now() - rebootedAt) / 1000).toFixed(1)} s after the reboot`);
+    };
+    cluster.nodes[0] = await rebootNode(state, node1(), cluster.controlPlane, {
+      ...(primaryRewrites ? { beforeKubelet: () => rewrite('before kubelet') } : {}),
+    });
+    const aroundAgentStart = primaryRewrites
+      ? waitFor(
+          'the agent container starting on node 1',
+          async () =>
+            (await node1()
+              .crictl(['ps', '-a', '--name', 'install-cni', '-q'])
+              .then(
+                (out) => out.trim(),
+                () => '',
+              )) === ''
+              ? undefined
+              : true,
+          240_000,
+        ).then(() => rewrite('as the agent container started'))
+      : Promise.resolve();
 
     const agentPodName = (await agentOnNode1())?.metadata.name ?? '';
     const readyAt = await waitFor(
@@ -121,6 +192,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
       240_000,
       () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
     );
+    await aroundAgentStart;
     if (ambient) await connectZtunnel(node1());
 
     let last: AuditRow[] = [];
@@ -156,6 +228,17 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
       [...podsBefore.values()].map((p) => p.metadata.name),
     );
     const startup = agentLog.split('\n').find((l) => l.includes('found network namespaces of enrolled pods')) ?? '(no start-up line)';
+    const podsAfter = (await Promise.all(namespaces.map((ns) => pods(ns)))).flat();
+    const repaired = await Promise.all(namespaces.map((ns) => repairEvents(api(), ns, rebootedAt)));
+    if (primaryRewrites)
+      t.diagnostic(
+        `primary conflist rewritten without istio-cni ${rewrites.join(', ')}; ${primaryConflistPath(node1())} now ${conflistTypes(primaryConflistPath(node1())).join(', ')}; ` +
+          `${podsAfter.filter(validationFailed).length} pod(s) with istio-validation exit 126 (${podsAfter
+            .filter(validationFailed)
+            .map((p) => p.metadata.name)
+            .join(', ')}), ` +
+          `${repaired.reduce((n, r) => n + r.count, 0)} repair event(s) (${[...new Set(repaired.flatMap((r) => r.reasons))].join(', ')})`,
+      );
     t.diagnostic(
       `${podsBefore.size} pods on node 1; agent Ready ${((readyAt - rebootedAt) / 1000).toFixed(1)} s after the reboot; ` +
         `${failedSandboxes} failed sandbox attempt(s) (FailedCreatePodSandBox${events.length ? `: ${[...new Set(events.map((e) => e.involvedObject?.name))].join(', ')}` : ''}); ` +
@@ -199,11 +282,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
   it('profile=ambient: ambient and sidecar pods on node 1 end enrolled and captured, none left annotated without rules, with a fresh ztunnel', {
     timeout: 600_000,
   }, async (t) => {
-    await upgradeToProfile(cluster, 'ambient');
-    for (const node of cluster.nodes) {
-      const zt = await connectZtunnel(node);
-      await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the first snapshot`, 30_000);
-    }
+    await upgradeWithZtunnels();
     await createNamespace(AMBIENT_NS, { 'istio.io/dataplane-mode': 'ambient' });
     for (const i of [1, 2, 3]) await createPod(AMBIENT_NS, `ambient-${i}`, [container('app', 'sleep 86400')]);
     await waitAllReady(AMBIENT_NS);
@@ -214,6 +293,44 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
       60_000,
     );
     await rebootAndAudit(t, [NS, AMBIENT_NS], true);
+  });
+
+  it('profile=ambient, a primary CNI rewriting its conflist without istio-cni as the node boots: every pod ends captured or enrolled within 60 s of the agent being Ready', {
+    timeout: 600_000,
+  }, async (t) => {
+    // Sidecar pods as istiod injects them with the CNI: with istio-validation, which is how a
+    // sandbox set up without istio-cni is noticed (the repair controller acts on its exit 126).
+    await api().must('DELETE', `/api/v1/namespaces/${NS}/pods`);
+    await waitFor('the earlier pods gone', async () => ((await pods(NS)).length === 0 ? true : undefined), 120_000);
+    for (const i of [1, 2, 3]) await sidecarPod(NS, `validated-${i}`, true);
+    await createPod(NS, 'plain-rewrite', [container('app', serve(8080, 'plain-8080'))]);
+    await waitAllReady(NS);
+    await rebootAndAudit(t, [NS, AMBIENT_NS], true, 'same');
+    assert.ok(conflistTypes(primaryConflistPath(node1())).includes('istio-cni'), 'istio-cni chained again');
+  });
+
+  it('profile=ambient with the Istio-owned conflist, the primary rewriting its conflist (a setting changed) as the node boots: the owned file stays first and follows it; every pod ends captured or enrolled within 60 s of the agent being Ready', {
+    timeout: 600_000,
+  }, async (t) => {
+    await upgradeWithZtunnels(['istioOwnedCNIConfig=true']);
+    const ownedPath = join(netDir(node1()), OWNED_CONFLIST);
+    await waitFor(
+      `${OWNED_CONFLIST} in place, mirroring the primary`,
+      async () => (runtimeConflist(node1()) === ownedPath && mirrorsPrimary(ownedPath, node1()) ? true : undefined),
+      60_000,
+    );
+    await rebootAndAudit(t, [NS, AMBIENT_NS], true, 'changed');
+    assert.equal(runtimeConflist(node1()), ownedPath, 'the owned conflist is still the one the runtime picks');
+    await waitFor(
+      `${OWNED_CONFLIST} mirroring the rewritten primary`,
+      async () => (mirrorsPrimary(ownedPath, node1()) ? true : undefined),
+      10_000,
+    );
+    assert.deepEqual(
+      conflistTypes(primaryConflistPath(node1())),
+      ['bridge', 'portmap'],
+      "the primary's file is left as its owner wrote it",
+    );
   });
 });
 

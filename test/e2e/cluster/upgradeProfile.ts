@@ -1,19 +1,32 @@
 import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts';
-import { DAEMONSET, helm, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
+import { DAEMONSET, helm, restartDaemonSet, waitDaemonSetReady, type LocalCluster } from './localCluster.ts';
 import { isReady, waitFor, type Pod } from './workloads.ts';
 
-/** `helm upgrade --reuse-values --set profile=<profile>`, then until every node's agent is replaced and Ready. */
-export async function upgradeToProfile(cluster: LocalCluster, profile: string): Promise<void> {
+/**
+ * `helm upgrade --reuse-values --set profile=<profile>` (and each of `values`, `key=value`), then
+ * until every node's agent is replaced and Ready. A change that reaches only the ConfigMap (the
+ * profile already set) leaves the DaemonSet's template alone, so nothing rolls: as an operator would,
+ * the DaemonSet is then restarted (`kubectl rollout restart`), the agents reading their environment
+ * at start.
+ */
+export async function upgradeToProfile(cluster: LocalCluster, profile: string, values: readonly string[] = []): Promise<void> {
   const api = cluster.controlPlane.api;
-  await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', `profile=${profile}`]);
+  const agents = async () =>
+    (await api.must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)).items;
+  const generation = async () =>
+    (await api.must<{ metadata: { generation?: number } }>('GET', `/apis/apps/v1/namespaces/${RELEASE_NAMESPACE}/daemonsets/${DAEMONSET}`))
+      .metadata.generation;
+  const before = new Set((await agents()).map((p) => p.metadata.uid));
+  const generationBefore = await generation();
+  const sets = [`profile=${profile}`, ...values].flatMap((v) => ['--set', v]);
+  await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', ...sets]);
+  if ((await generation()) === generationBefore) await restartDaemonSet(cluster.controlPlane);
   await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
   await waitFor(
-    `every ${DAEMONSET} pod on the ${profile} profile and Ready`,
+    `every ${DAEMONSET} pod replaced, on the ${profile} profile and Ready`,
     async () => {
-      const agents = (
-        await api.must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)
-      ).items;
-      return agents.length === cluster.nodes.length && agents.every(isReady) ? true : undefined;
+      const now = (await agents()).filter((p) => p.metadata.deletionTimestamp === undefined);
+      return now.length === cluster.nodes.length && now.every((p) => isReady(p) && !before.has(p.metadata.uid)) ? true : undefined;
     },
     180_000,
   );

@@ -1,5 +1,6 @@
 // What the cluster scenarios run in their pods (busybox shell scripts whose log says what a
 // connection reached) and how they read the API's view of them.
+import type { KubeClient } from '../support/kubeClient.ts';
 import { WORKLOAD_IMAGE } from './localCluster.ts';
 
 /** An address nothing answers on: only a capture rule can make a connection to it succeed. */
@@ -105,6 +106,35 @@ export interface UpgradeFailures {
 
 const VALIDATION_FAILED = 126;
 
+/** True when the pod's istio-validation exited 126 (now or in its last run): a sandbox came up without capture. */
+export const validationFailed = (pod: Pod): boolean =>
+  pod.status?.initContainerStatuses?.some(
+    (c) =>
+      c.name === 'istio-validation' &&
+      (c.state?.terminated?.exitCode === VALIDATION_FAILED || c.lastState?.terminated?.exitCode === VALIDATION_FAILED),
+  ) === true;
+
+/** The repair controller's events in `namespace` (any reason or reporter naming repair) last seen at or after `since`. */
+export async function repairEvents(api: KubeClient, namespace: string, since = 0): Promise<{ count: number; reasons: string[] }> {
+  const events = (
+    await api.must<{
+      items: {
+        reason?: string;
+        count?: number;
+        source?: { component?: string };
+        reportingComponent?: string;
+        lastTimestamp?: string | null;
+        eventTime?: string | null;
+      }[];
+    }>('GET', `/api/v1/namespaces/${namespace}/events`)
+  ).items.filter(
+    (e) =>
+      /repair/i.test(`${e.reason} ${e.source?.component ?? ''} ${e.reportingComponent ?? ''}`) &&
+      (since === 0 || Date.parse(e.lastTimestamp ?? e.eventTime ?? '') >= Math.floor(since / 1000) * 1000),
+  );
+  return { count: events.reduce((n, e) => n + (e.count ?? 1), 0), reasons: [...new Set(events.map((e) => String(e.reason)))] };
+}
+
 /**
  * What became of pods created while the agents were replaced, from the API: kubelet's sandbox
  * failure events and each pod's first sandbox (PodReadyToStartContainers) with or without capture.
@@ -135,12 +165,7 @@ export function summarizeUpgradeFailures(
     const sandboxReady = pod.status?.conditions?.find((c) => c.type === 'PodReadyToStartContainers' && c.status === 'True');
     const at = Date.parse(sandboxReady?.lastTransitionTime ?? '');
     if (Number.isNaN(at)) throw new Error(`${pod.metadata.name} has no PodReadyToStartContainers time`);
-    const failed =
-      pod.status?.initContainerStatuses?.some(
-        (c) =>
-          c.name === 'istio-validation' &&
-          (c.state?.terminated?.exitCode === VALIDATION_FAILED || c.lastState?.terminated?.exitCode === VALIDATION_FAILED),
-      ) === true;
+    const failed = validationFailed(pod);
     if (failed) uncaptured.push(pod.metadata.name);
     timeline.push({ at, failed });
   }

@@ -6,7 +6,7 @@ import { PLUGIN_TYPE, buildPluginConfig, type Logger } from '@istio-cni/handoff'
 import { listValidConfigFiles } from './cniConfigFiles.ts';
 import type { CniConfigSettings } from './cniConfigSettings.ts';
 import { errorMessage, isJsonObject, parseJson, type JsonObject } from '@istio-cni/cni';
-import { getPlugins } from './insertCniConfig.ts';
+import { getPlugins, hasIstioListEntry, insertCniConfig } from './insertCniConfig.ts';
 
 export interface CheckState {
   /** Path of the config file we last wrote or found valid; empty before the first pass. */
@@ -15,10 +15,11 @@ export interface CheckState {
   primaryName: string;
 }
 
-async function readObject(path: string): Promise<JsonObject> {
-  const v = parseJson(await readFile(path, 'utf8'));
-  if (!isJsonObject(v)) throw new Error(`${path}: not a JSON object`);
-  return v;
+async function readObject(path: string): Promise<{ text: string; object: JsonObject }> {
+  const text = await readFile(path, 'utf8');
+  const object = parseJson(text);
+  if (!isJsonObject(object)) throw new Error(`${path}: not a JSON object`);
+  return { text, object };
 }
 
 function withoutVersion(o: JsonObject): JsonObject {
@@ -72,7 +73,7 @@ async function check(c: CniConfigSettings, state: CheckState, logger?: Logger): 
   }
   if (state.configPath === '' || !existsSync(state.configPath)) return `CNI config file removed: ${state.configPath}`;
   const desired = buildPluginConfig(c.plugin);
-  const conf = await readObject(state.configPath);
+  const { object: conf } = await readObject(state.configPath);
   if (!c.chainedCniPlugin) {
     if (conf.type !== PLUGIN_TYPE) return `istio-cni CNI config file modified: ${state.configPath}`;
     if (!isDeepStrictEqual(withoutVersion(conf), withoutVersion(desired))) return `istio-cni config out of date: ${state.configPath}`;
@@ -91,10 +92,15 @@ async function check(c: CniConfigSettings, state: CheckState, logger?: Logger): 
       const twin = primaryPath.endsWith('.conf') ? primaryPath + 'list' : primaryPath.endsWith('.conflist') ? primaryPath.slice(0, -4) : '';
       if (twin !== '' && existsSync(twin)) primaryPath = twin;
     }
-    const primary = await readObject(primaryPath);
+    const { text: primaryText, object: primary } = await readObject(primaryPath);
     const primaryTypes = 'type' in primary ? [String(primary.type)] : pluginTypes(primaryPath, primary);
     const missing = primaryTypes.filter((t) => !types.includes(t));
     if (missing.length > 0) return `plugins ${missing.join(', ')} of ${primaryPath} missing in ${state.configPath}`;
+    // Upstream compares plugin types only, so a primary that rewrites its file with a changed
+    // setting (an MTU, an IPAM range) would leave the chain the runtime uses on the old one for good.
+    if (!isDeepStrictEqual(conf, parseJson(insertCniConfig(desired, primaryText))))
+      return `${state.configPath} no longer mirrors ${primaryPath}`;
+    if (hasIstioListEntry(primaryText)) return `${primaryPath} still holds an istio-cni entry of chained mode`;
   }
   return undefined;
 }

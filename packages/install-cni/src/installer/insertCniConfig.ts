@@ -60,15 +60,26 @@ export function removeIstioEntry(existingText: string): string {
   return goConfigFileText({ ...existing, plugins: withoutFirstIstio(getPlugins(existing)) }, 'sorted');
 }
 
+function parsedObject(text: string): JsonObject | undefined {
+  try {
+    const v = parseJson(text);
+    return isJsonObject(v) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const listNamesIstio = (v: JsonObject): boolean =>
+  Array.isArray(v.plugins) && v.plugins.some((p) => isJsonObject(p) && p.type === PLUGIN_TYPE);
+
+/** True when the JSON text is a conflist with an istio-cni entry. */
+export function hasIstioListEntry(text: string): boolean {
+  const v = parsedObject(text);
+  return v !== undefined && listNamesIstio(v);
+}
+
 /** True when the JSON text is a config that names istio-cni (top level or any list entry). */
 export function namesIstioCni(text: string): boolean {
-  let v: JsonValue;
-  try {
-    v = parseJson(text);
-  } catch {
-    return false;
-  }
-  if (!isJsonObject(v)) return false;
-  if (v.type === PLUGIN_TYPE) return true;
-  return Array.isArray(v.plugins) && v.plugins.some((p) => isJsonObject(p) && p.type === PLUGIN_TYPE);
+  const v = parsedObject(text);
+  return v !== undefined && (v.type === PLUGIN_TYPE || listNamesIstio(v));
 }

@@ -3,7 +3,7 @@ import { basename, join } from 'node:path';
 import { buildPluginConfig, pluginConfigText, type Logger } from '@istio-cni/handoff';
 import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
 import { createdFileMode, type CniConfigSettings } from './cniConfigSettings.ts';
-import { insertCniConfig } from './insertCniConfig.ts';
+import { hasIstioListEntry, insertCniConfig, removeIstioEntry } from './insertCniConfig.ts';
 import { resolveCniConfigPath } from './resolveCniConfigPath.ts';
 import { recordWrite, type WriteStats } from './writeStats.ts';
 
@@ -67,6 +67,25 @@ export interface WriteCniConfigOptions {
   stats?: WriteStats;
 }
 
+/**
+ * Owned mode: an istio-cni entry in the primary's list is a leftover of chained mode (an agent that
+ * chained into the primary and was replaced by an owned-mode one keeps its entry through the
+ * upgrade). Left there, it outlives an uninstall, which deletes only the owned file, and every pod
+ * ADD on the node then fails. Removed once the owned file is in place (it sorts first, so the runtime
+ * never loads a chain without istio-cni), and only from the bytes just read: a rewrite by the
+ * primary's owner in between is left alone, and the next pass looks again.
+ */
+async function removeLeftoverEntry(primaryPath: string, primary: FileSnapshot, o: WriteCniConfigOptions): Promise<void> {
+  const text = primary.bytes.toString('utf8');
+  if (!hasIstioListEntry(text)) return;
+  const now = await snapshot(primaryPath);
+  if (now === undefined || !now.bytes.equals(primary.bytes)) return;
+  const cleaned = removeIstioEntry(text);
+  await atomicWrite(primaryPath, cleaned, primary.mode);
+  recordWrite(o.stats, primaryPath, cleaned);
+  o.logger?.info('removed a leftover istio-cni entry from the primary CNI config', { path: primaryPath });
+}
+
 /** Writes the istio-cni config (upstream `cniconfig.go`): chained insert, owned file, or standalone file. */
 export async function writeCniConfig(c: CniConfigSettings, o: WriteCniConfigOptions): Promise<ConfigRecord> {
   const resolveOpts = {
@@ -91,6 +110,7 @@ export async function writeCniConfig(c: CniConfigSettings, o: WriteCniConfigOpti
     const previous = await snapshot(ownedPath);
     await writeIfChanged(ownedPath, merged, createdFileMode(c), o.stats);
     o.logger?.info('wrote Istio-owned CNI config', { path: ownedPath, primary: primaryPath });
+    await removeLeftoverEntry(primaryPath, primary, o);
     return { kind: 'owned', path: ownedPath, written: merged, previous, primary: basename(primaryPath) };
   }
   const target = listFileName(primaryPath);
