@@ -143,5 +143,5 @@ export {
   type IptablesCaptureState,
   type NftCaptureState,
 } from './captureDrift.ts';
-export { inspectCapture, type InspectCaptureOptions } from './inspectCapture.ts';
+export { type InspectCaptureOptions, type InspectedCapture, inspectCapture, readFromNfTables } from './inspectCapture.ts';
 export { createNftGenerationReader, type NftGenerationReader } from './nftGeneration.ts';

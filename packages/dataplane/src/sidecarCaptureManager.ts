@@ -6,7 +6,7 @@ import { decideIptablesBackend, type IptablesBackend, type IptablesBackendDecisi
 import type { Drift } from './captureDrift.ts';
 import type { NetnsHandle } from './ambient/netnsHandle.ts';
 import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
-import { inspectCapture } from './inspectCapture.ts';
+import { inspectCapture, readFromNfTables } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
@@ -105,6 +105,8 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   const renderedPlans = new WeakMap<Pod, { ipsKey: string; rulePlan: SidecarRulePlan; planKey: string }>();
   /** Netns (path + inode) → the nf_tables generation at which it last held exactly its plan. */
   const inPlaceAt = new BoundedMap<string, { generation: number; planKey: string }>(4096);
+  /** Netns (path + inode) → the backend its rules were last found in, when not the node's (adopted). */
+  const foundIn = new BoundedMap<string, IptablesBackend>(4096);
   const readGeneration = (handle: NetnsHandle): number | undefined => {
     try {
       return options.nftGenerations?.read(handle.fd);
@@ -187,9 +189,15 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
           const generation = nftBased ? readGeneration(handle) : undefined;
           const seen = inPlaceAt.get(key);
           if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) return [];
-          const drift = await inspectCapture(deps, { netns: path, plan: rulePlan, backend });
-          // Read before the inspection: a change made during it moves the generation, so it is seen next time.
-          if (generation !== undefined && drift.length === 0) inPlaceAt.set(key, { generation, planKey });
+          const lastFoundIn = foundIn.get(key);
+          const inspected = await inspectCapture(deps, { netns: path, plan: rulePlan, backend, ...(lastFoundIn ? { lastFoundIn } : {}) });
+          const { drift } = inspected;
+          if (backend.kind === 'iptables' && inspected.iptables !== undefined && inspected.iptables.flavor !== backend.iptables.flavor) {
+            foundIn.set(key, inspected.iptables);
+          } else foundIn.delete(key);
+          // Read before the inspection: a change made during it moves the generation, so it is seen next
+          // time. Only for rules in nf_tables: a legacy table (an adopted pod) does not move it.
+          if (generation !== undefined && drift.length === 0 && readFromNfTables(inspected)) inPlaceAt.set(key, { generation, planKey });
           else inPlaceAt.delete(key);
           return drift;
         });
