@@ -145,3 +145,4 @@ export {
 } from './captureDrift.ts';
 export { type InspectCaptureOptions, type InspectedCapture, inspectCapture, readFromNfTables } from './inspectCapture.ts';
 export { createNftGenerationReader, type NftGenerationReader } from './nftGeneration.ts';
+export { createLegacyTablesFingerprinter, type LegacyTablesFingerprinter, zeroEntryCounters } from './legacyTablesFingerprint.ts';
