@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import type { Pod } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
+  createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createPodNetnsGuard,
   createScratchNetnsOpener,
@@ -68,12 +69,14 @@ async function onePass(
 
 export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPassSample[]> {
   const runner = createExecCommandRunner();
-  // As the agent runs: nf_tables backends skip a netns whose generation has not moved (every pass
-  // after the first here, as nothing changes); "(read every pass)" disables that to show the full cost.
+  // As the agent runs: nf_tables backends skip a netns whose generation has not moved, iptables-legacy
+  // one whose legacy tables' fingerprint has not (every pass after the first here, as nothing
+  // changes); "(read every pass)" disables that to show the full cost.
   const backends = [
     { name: 'iptables-nft', nativeNftables: false, forceIptablesBinary: 'nft', generations: true },
     { name: 'iptables-nft (read every pass)', nativeNftables: false, forceIptablesBinary: 'nft', generations: false },
-    { name: 'iptables-legacy', nativeNftables: false, forceIptablesBinary: 'legacy', generations: false },
+    { name: 'iptables-legacy (fingerprint unchanged)', nativeNftables: false, forceIptablesBinary: 'legacy', generations: true },
+    { name: 'iptables-legacy (read every pass)', nativeNftables: false, forceIptablesBinary: 'legacy', generations: false },
     { name: 'nft', nativeNftables: true, generations: true },
     { name: 'nft (read every pass)', nativeNftables: true, generations: false },
   ];
@@ -84,7 +87,7 @@ export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPas
       openScratchNetns: createScratchNetnsOpener(),
       netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
       nativeNftables: b.nativeNftables,
-      ...(b.generations ? { nftGenerations: createNftGenerationReader() } : {}),
+      ...(b.generations ? { nftGenerations: createNftGenerationReader(), legacyFingerprints: createLegacyTablesFingerprinter() } : {}),
       ...(b.forceIptablesBinary ? { forceIptablesBinary: b.forceIptablesBinary } : {}),
     });
     const namespaces: { path: string; remove: () => void }[] = [];

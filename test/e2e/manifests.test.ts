@@ -186,6 +186,21 @@ describe('istio-cni Helm chart', () => {
     assert.ok(taint.some((o) => o.kind === 'ClusterRoleBinding' && (o.roleRef as { name: string }).name === 'istio-cni-taint'));
   });
 
+  test('verify.* reaches the daemon as VERIFY_INTERVAL / VERIFY_REPORT_ONLY; an interval that is no Go duration fails the render', async () => {
+    const defaults = configData(await render());
+    assert.equal(defaults.VERIFY_INTERVAL, '60s');
+    assert.equal(defaults.VERIFY_REPORT_ONLY, 'false');
+    const set = configData(await render('verify.interval=2m30s', 'verify.reportOnly=true'));
+    assert.equal(set.VERIFY_INTERVAL, '2m30s');
+    assert.equal(set.VERIFY_REPORT_ONLY, 'true');
+    // `--set` reads a bare 0 as a number: it still reaches the daemon as "0" (off).
+    assert.equal(configData(await render('verify.interval=0')).VERIFY_INTERVAL, '0');
+    for (const bad of ['60', '1 m', 'soon']) {
+      await assert.rejects(render(`verify.interval=${bad}`), /verify\.interval=.* is not a Go duration/);
+    }
+    await assert.rejects(render('verify.intervl=5s'), /value verify\.intervl=5s is not used by this chart/);
+  });
+
   test('taint.* reaches the daemon as NODE_TAINT_ENABLED / NODE_TAINT_KEY; NODE_NAME comes from the downward API', async () => {
     const off = configData(await render());
     assert.equal(off.NODE_TAINT_ENABLED, 'false');

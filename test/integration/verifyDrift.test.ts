@@ -244,3 +244,48 @@ describe('[restart] pods handled by an earlier run are verified by the next', { 
     assert.equal(await netnsRuleset(net.pod.path), programmed);
   });
 });
+
+describe('[adopted] a pod whose rules live in the backend the node did not choose', { skip: kernelSkip, timeout: 120_000 }, () => {
+  let rig: AgentRig;
+  before(async () => {
+    // Not forced: the node's backend is decided (decideIptablesBackend) and the other one is adoptable.
+    rig = await startAgentRig({ VERIFY_INTERVAL: '1s' });
+    rig.api.upsertNamespace(namespaceObject('default'));
+  });
+  after(async () => {
+    await rig?.close();
+  });
+
+  it('is verified where its rules are: no drift pass after pass, and a flush there is repaired there', async (t) => {
+    const pod = sidecarPod('default', 'web-adopted');
+    rig.api.upsertPod(pod);
+    const net = await addPod(t, rig, pod, 'c-web-adopted');
+    const nodeFlavor = (doctor(rig, []).report.daemon.backend as string).replace('iptables-', '');
+    assert.ok(nodeFlavor === 'nft' || nodeFlavor === 'legacy', `an iptables backend: ${nodeFlavor}`);
+    const other = nodeFlavor === 'nft' ? 'legacy' : 'nft';
+    // Move the pod's rules to the other backend, as a pod programmed before a node changed backends.
+    for (const family of ['iptables', 'ip6tables']) {
+      const saved = execFileSync('nsenter', [`--net=${net.pod.path}`, '--', `${family}-${nodeFlavor}-save`], { encoding: 'utf8' });
+      if (!saved.includes(':ISTIO_')) continue;
+      execFileSync('nsenter', [`--net=${net.pod.path}`, '--', `${family}-${other}-restore`], { input: saved });
+      for (const [, table] of saved.matchAll(/^\*(\w+)$/gm)) {
+        inNetns(net.pod.path, [
+          [`${family}-${nodeFlavor}`, '-t', table ?? '', '-F'],
+          [`${family}-${nodeFlavor}`, '-t', table ?? '', '-X'],
+        ]);
+      }
+    }
+    const moved = await netnsRuleset(net.pod.path);
+    await morePasses(rig.daemon, 3);
+    assert.deepEqual(driftLines(rig.daemon, 'default/web-adopted'), [], 'not drift: its rules are in place where they live');
+    assert.equal(await netnsRuleset(net.pod.path), moved, 'nothing rewritten, nothing copied into the node backend');
+    assert.equal(doctor(rig, ['default/web-adopted']).code, 0);
+
+    inNetns(net.pod.path, xtables(`iptables-${other}`).removeCapture);
+    const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/web-adopted', 20_000);
+    assert.equal(line.action, 'repaired', JSON.stringify(line));
+    assert.equal(await netnsRuleset(net.pod.path), moved, 'repaired in the backend it lives in');
+    await morePasses(rig.daemon, 3);
+    assert.equal(driftLines(rig.daemon, 'default/web-adopted').length, 1, 'repaired once, then in place');
+  });
+});

@@ -2,7 +2,8 @@
  * The nf_tables generation shortcut of continuous verification (root, real kernel): the reader
  * sees every nftables commit in a pod netns (iptables-nft or nft) and no read, leaves this thread
  * in its own netns, and `SidecarCaptureManager.inspect` skips only a netns whose generation has not
- * moved since it was last found in place.
+ * moved since it was last found in place. The same for iptables-legacy with the fingerprint of the
+ * netns's legacy tables: it moves with every rule, chain or policy change, not with counters.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -12,6 +13,7 @@ import type { Pod } from '@istio-cni/capture';
 import {
   type CommandRunner,
   createExecCommandRunner,
+  createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createPodNetnsGuard,
   createScratchNetnsOpener,
@@ -37,6 +39,38 @@ test('the generation moves with every nftables commit (iptables-nft and nft), no
   assert.notEqual(g1, g0);
   inNetns(net.pod.path, ['nft', 'add', 'table', 'inet', 'gen-test']);
   assert.notEqual(reader.read(fd), g1);
+  assert.equal(readlinkSync('/proc/thread-self/ns/net'), own, 'back in our own netns');
+});
+
+test('the legacy tables fingerprint moves with rules, chains and policies, not with counters or reads', { skip: kernelSkip }, (t) => {
+  const net = createPodNetworkFixture(t);
+  const own = readlinkSync('/proc/thread-self/ns/net');
+  const reader = createLegacyTablesFingerprinter();
+  const fd = openSync(net.pod.path, 'r');
+  t.after(() => closeSync(fd));
+  const empty = reader.fingerprint(fd);
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'nat', '-N', 'ISTIO_FP']);
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '192.0.2.1', '-j', 'ISTIO_FP']);
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'filter', '-A', 'OUTPUT', '-p', 'tcp', '-j', 'ACCEPT']);
+  inNetns(net.pod.path, ['ip', 'link', 'set', 'lo', 'up']);
+  const f1 = reader.fingerprint(fd);
+  assert.notEqual(f1, empty);
+  inNetns(net.pod.path, ['iptables-legacy-save']);
+  // A refused connection over loopback moves the counters of the filter OUTPUT rule.
+  inNetns(net.pod.path, [process.execPath, '-e', "require('node:net').connect(1, '127.0.0.1').on('error', () => {})"]);
+  assert.match(
+    execFileSync('nsenter', [`--net=${net.pod.path}`, '--', 'iptables-legacy-save', '-c', '-t', 'filter'], { encoding: 'utf8' }),
+    /^\[[1-9]\d*:\d+\] -A OUTPUT -p tcp/m,
+  );
+  assert.equal(reader.fingerprint(fd), f1, 'reads and counters change nothing');
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'nat', '-R', 'OUTPUT', '1', '-p', 'tcp', '-d', '192.0.2.2', '-j', 'ISTIO_FP']);
+  const f2 = reader.fingerprint(fd);
+  assert.notEqual(f2, f1, 'a rule replaced by one of the same size');
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'mangle', '-P', 'PREROUTING', 'DROP']);
+  const f3 = reader.fingerprint(fd);
+  assert.notEqual(f3, f2, 'a policy in another table');
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'nat', '-F']);
+  assert.notEqual(reader.fingerprint(fd), f3, 'a flush');
   assert.equal(readlinkSync('/proc/thread-self/ns/net'), own, 'back in our own netns');
 });
 
@@ -71,6 +105,12 @@ for (const backend of [
     change: ['iptables-nft', '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT'],
   },
   { name: 'nft', nativeNftables: true, change: ['nft', 'delete', 'table', 'inet', 'istio-proxy-nat'] },
+  {
+    name: 'iptables-legacy',
+    nativeNftables: false,
+    forceIptablesBinary: 'legacy',
+    change: ['iptables-legacy', '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT'],
+  },
 ]) {
   test(`[${backend.name}] inspect reads a netns again only once its generation moved`, {
     skip: kernelSkip,
@@ -84,6 +124,7 @@ for (const backend of [
       netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
       nativeNftables: backend.nativeNftables,
       nftGenerations: createNftGenerationReader(),
+      legacyFingerprints: createLegacyTablesFingerprinter(),
       ...(backend.forceIptablesBinary ? { forceIptablesBinary: backend.forceIptablesBinary } : {}),
     });
     const ips = [`${net.pod.ipv4}`];

@@ -143,5 +143,6 @@ export {
   type IptablesCaptureState,
   type NftCaptureState,
 } from './captureDrift.ts';
-export { inspectCapture, type InspectCaptureOptions } from './inspectCapture.ts';
+export { type InspectCaptureOptions, type InspectedCapture, inspectCapture, readFromNfTables } from './inspectCapture.ts';
 export { createNftGenerationReader, type NftGenerationReader } from './nftGeneration.ts';
+export { createLegacyTablesFingerprinter, type LegacyTablesFingerprinter, zeroEntryCounters } from './legacyTablesFingerprint.ts';

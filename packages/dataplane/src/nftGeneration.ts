@@ -1,5 +1,4 @@
-import { openSync } from 'node:fs';
-import { loadKoffi } from './seqpacket/loadKoffi.ts';
+import { inNetnsSync, netnsLibc, SOCK_CLOEXEC } from './netnsSocket.ts';
 
 /**
  * The nf_tables generation of a network namespace (`NFT_MSG_GETGEN`): a counter the kernel bumps
@@ -14,10 +13,8 @@ export interface NftGenerationReader {
   read(netnsFd: number): number;
 }
 
-const CLONE_NEWNET = 0x40000000;
 const AF_NETLINK = 16;
 const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
 const NETLINK_NETFILTER = 12;
 const NFNL_SUBSYS_NFTABLES = 10;
 const NFT_MSG_GETGEN = 16;
@@ -55,53 +52,12 @@ export function parseGenReply(reply: Buffer): number {
   throw new Error('netlink reply carries no generation');
 }
 
-interface GenLibc {
-  setns(fd: number, nstype: number): number;
-  socket(domain: number, type: number, protocol: number): number;
-  send(fd: number, buf: Buffer, len: number, flags: number): number;
-  recv(fd: number, buf: Buffer, len: number, flags: number): number;
-  close(fd: number): number;
-  errno(): number;
-}
-
-function bindLibc(): GenLibc {
-  const koffi = loadKoffi();
-  const lib = koffi.load('libc.so.6');
-  const f = (decl: string) => lib.func(decl) as (...args: unknown[]) => number;
-  const setns = f('int setns(int fd, int nstype)');
-  const socket = f('int socket(int domain, int type, int protocol)');
-  const send = f('long send(int fd, const void *buf, size_t len, int flags)');
-  const recv = f('long recv(int fd, _Out_ void *buf, size_t len, int flags)');
-  const close = f('int close(int fd)');
-  return {
-    setns: (fd, t) => setns(fd, t),
-    socket: (d, t, p) => socket(d, t, p),
-    send: (fd, b, l, fl) => Number(send(fd, b, l, fl)),
-    recv: (fd, b, l, fl) => Number(recv(fd, b, l, fl)),
-    close: (fd) => close(fd),
-    errno: () => koffi.errno(),
-  };
-}
-
 export function createNftGenerationReader(): NftGenerationReader {
-  let libc: GenLibc | undefined;
-  let ownNetns: number | undefined;
   let seq = 1;
   return {
     read(netnsFd) {
-      libc ??= bindLibc();
-      ownNetns ??= openSync('/proc/thread-self/ns/net', 'r');
-      if (libc.setns(netnsFd, CLONE_NEWNET) !== 0) throw new Error(`setns into the pod netns failed (errno ${libc.errno()})`);
-      let sock: number;
-      try {
-        sock = libc.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
-      } finally {
-        if (libc.setns(ownNetns, CLONE_NEWNET) !== 0) {
-          // Every later socket of this thread would land in the pod's netns: nothing can continue.
-          process.stderr.write(`fatal: could not return to the agent's network namespace (errno ${libc.errno()})\n`);
-          process.exit(70);
-        }
-      }
+      const libc = netnsLibc();
+      const sock = inNetnsSync(libc, netnsFd, () => libc.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
       if (sock < 0) throw new Error(`netlink socket failed (errno ${libc.errno()})`);
       try {
         const request = getGenRequest(seq++);

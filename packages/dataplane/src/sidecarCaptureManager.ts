@@ -28,6 +28,11 @@ export interface SidecarCaptureManagerOptions {
    * imported: the plugin bundles this module and carries no FFI.
    */
   nftGenerations?: { read(netnsFd: number): number };
+  /**
+   * The same for rules in iptables-legacy: a fingerprint of the netns's legacy IPv4 tables
+   * (`legacyTablesFingerprint.ts`), used for pods whose plan has IPv4 rules only. Injected, as above.
+   */
+  legacyFingerprints?: { fingerprint(netnsFd: number): string };
   /** Told once which iptables backend was chosen and why (what was found where). */
   onBackendDecision?: (decision: IptablesBackendDecision) => void;
 }
@@ -103,11 +108,22 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     return backend;
   };
   const renderedPlans = new WeakMap<Pod, { ipsKey: string; rulePlan: SidecarRulePlan; planKey: string }>();
-  /** Netns (path + inode) → the nf_tables generation at which it last held exactly its plan. */
-  const inPlaceAt = new BoundedMap<string, { generation: number; planKey: string }>(4096);
-  const readGeneration = (handle: NetnsHandle): number | undefined => {
+  /**
+   * Netns (path + inode) → the change token (nf_tables generation, or legacy tables fingerprint) at
+   * which it last held exactly its plan.
+   */
+  const inPlaceAt = new BoundedMap<string, { token: number | string; planKey: string }>(4096);
+  /** Netns (path + inode) → the backend its rules were last found in, when not the node's (adopted). */
+  const foundIn = new BoundedMap<string, IptablesBackend>(4096);
+  /**
+   * What moves whenever the rules `where` holds may have changed: the nf_tables generation, or the
+   * legacy IPv4 tables' fingerprint (only for a plan without IPv6 rules). `undefined`: no shortcut.
+   */
+  const changeToken = (handle: NetnsHandle, where: IptablesBackend | undefined, rulePlan: SidecarRulePlan | undefined) => {
     try {
-      return options.nftGenerations?.read(handle.fd);
+      if (where === undefined || where.nfTables) return options.nftGenerations?.read(handle.fd);
+      const ipv4Only = rulePlan?.backend === 'iptables' && (rulePlan.documents.ipv6 ?? '').trim() === '';
+      return ipv4Only ? options.legacyFingerprints?.fingerprint(handle.fd) : undefined;
     } catch {
       return undefined; // no shortcut: the netns is read
     }
@@ -182,14 +198,22 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
               if (ipv6EnabledFromResultIps(podIps ?? [], dualStack) !== undefined) renderedPlans.set(pod, { ipsKey, rulePlan, planKey });
             }
           }
-          const nftBased = backend.kind === 'nft' || backend.iptables.nfTables;
           const key = `${netns}\0${handle.inode}`;
-          const generation = nftBased ? readGeneration(handle) : undefined;
+          const lastFoundIn = foundIn.get(key);
+          // Where the rules were last found: the node's backend, or the one this pod was adopted from.
+          const where = backend.kind === 'nft' ? undefined : (lastFoundIn ?? backend.iptables);
+          const token = changeToken(handle, where, rulePlan);
           const seen = inPlaceAt.get(key);
-          if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) return [];
-          const drift = await inspectCapture(deps, { netns: path, plan: rulePlan, backend });
-          // Read before the inspection: a change made during it moves the generation, so it is seen next time.
-          if (generation !== undefined && drift.length === 0) inPlaceAt.set(key, { generation, planKey });
+          if (token !== undefined && seen?.token === token && seen.planKey === planKey) return [];
+          const inspected = await inspectCapture(deps, { netns: path, plan: rulePlan, backend, ...(lastFoundIn ? { lastFoundIn } : {}) });
+          const { drift } = inspected;
+          if (backend.kind === 'iptables' && inspected.iptables !== undefined && inspected.iptables.flavor !== backend.iptables.flavor) {
+            foundIn.set(key, inspected.iptables);
+          } else foundIn.delete(key);
+          // The token was read before the inspection: a change made during it moves the token, so it is
+          // seen next time. Kept only when the rules were read where the token looks.
+          if (token !== undefined && drift.length === 0 && inspected.iptables?.flavor === where?.flavor)
+            inPlaceAt.set(key, { token, planKey });
           else inPlaceAt.delete(key);
           return drift;
         });

@@ -9,9 +9,11 @@ import {
   decideIptablesBackend,
   deleteAmbientPodRules,
   type IptablesBackend,
+  inspectCapture,
   iptablesBinaries,
   type OpenScratchNetns,
   type RecordedCall,
+  readFromNfTables,
   removeIstioIptablesState,
   verifyIptablesRules,
 } from '@istio-cni/dataplane';
@@ -236,4 +238,58 @@ test("a second copy's planned rules outside ISTIO_* chains (a sidecar's CONNMARK
   const removal = writesTo(runner.calls, 'iptables-legacy-restore')[0]?.options.stdin ?? '';
   assert.match(removal, new RegExp(`^${connmark.replace('-A ', '-D ')}$`, 'm'));
   assert.doesNotMatch(removal, /MARK --set-mark 0x7/);
+});
+
+test('verification reads an adopted pod where its rules live: no drift, nothing written, the next pass reads there first', async () => {
+  const runner = node({ [`${pod}|nft`]: podRules });
+  const deps = { runner, openScratchNetns: scratch };
+  const options = { netns: pod, plan: { backend: 'iptables', documents: { ipv4: planned } } as const };
+  const first = await inspectCapture(deps, { ...options, backend: { kind: 'iptables', iptables: { ...legacy, adoptable: [nft] } } });
+  assert.deepEqual(first.drift, []);
+  assert.equal(first.iptables?.flavor, 'nft');
+  assert.equal(readFromNfTables(first), true);
+  assert.deepEqual(writesTo(runner.calls, 'iptables'), []);
+
+  // Given where it was found, the next pass reads the pod once, in nft, and nothing in legacy.
+  const next = node({ [`${pod}|nft`]: podRules });
+  const again = await inspectCapture(
+    { runner: next, openScratchNetns: scratch },
+    { ...options, backend: { kind: 'iptables', iptables: { ...legacy, adoptable: [nft] } }, lastFoundIn: nft },
+  );
+  assert.deepEqual(again.drift, []);
+  const podReads = next.calls.filter((c) => c.options.netns === pod).map((c) => c.argv[0]);
+  assert.deepEqual(podReads, ['iptables-nft-save']);
+});
+
+test('a pod adopted into legacy on an nft node is not covered by the nf_tables generation', async () => {
+  const runner = node({ [`${pod}|legacy`]: podRules });
+  const inspected = await inspectCapture(
+    { runner, openScratchNetns: scratch },
+    {
+      netns: pod,
+      plan: { backend: 'iptables', documents: { ipv4: planned } },
+      backend: { kind: 'iptables', iptables: { ...nft, adoptable: [legacy] } },
+    },
+  );
+  assert.deepEqual(inspected.drift, []);
+  assert.equal(inspected.iptables?.flavor, 'legacy');
+  assert.equal(readFromNfTables(inspected), false);
+});
+
+test('rules flushed in the adopted backend are drift, reported against the node backend that a repair writes', async () => {
+  const runner = node({});
+  const inspected = await inspectCapture(
+    { runner, openScratchNetns: scratch },
+    {
+      netns: pod,
+      plan: { backend: 'iptables', documents: { ipv4: planned } },
+      backend: { kind: 'iptables', iptables: { ...legacy, adoptable: [nft] } },
+      lastFoundIn: nft,
+    },
+  );
+  assert.deepEqual(
+    inspected.drift.map((d) => d.kind),
+    ['rules_missing'],
+  );
+  assert.equal(inspected.iptables?.flavor, 'legacy');
 });

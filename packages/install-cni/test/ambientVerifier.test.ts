@@ -71,7 +71,7 @@ function harness(
       inspect: async (path) => {
         calls.push(`inspect ${path}`);
         if (opts.inspectError !== undefined) throw new Error(opts.inspectError);
-        return opts.rules ?? [];
+        return { drift: opts.rules ?? [] };
       },
       repair: async (netns) => void calls.push(`rules reconcile ${netns.path}`),
     },

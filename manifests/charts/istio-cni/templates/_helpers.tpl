@@ -70,7 +70,7 @@ other keys are left alone; free-form maps (env, labels, annotations, affinity, r
 taken as given.
 */}}
 {{- define "istio-cni.checkKeys" -}}
-{{- $structured := list "ambient" "repair" "logging" "resourceQuotas" "taint" "installBinariesInitContainer" -}}
+{{- $structured := list "ambient" "repair" "logging" "resourceQuotas" "taint" "verify" "installBinariesInitContainer" -}}
 {{- range $key, $val := .values -}}
 {{- $path := printf "%s%s" $.prefix $key -}}
 {{- if and (not (hasKey $.defaults $key)) (not (empty $val)) -}}

@@ -1,6 +1,7 @@
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
+  createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createPodNetnsGuard,
   createScratchNetnsOpener,
@@ -82,6 +83,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     nativeNftables: options.nativeNftables,
     env: captureEnvironmentFrom(options.captureEnv),
     nftGenerations: createNftGenerationReader(),
+    legacyFingerprints: createLegacyTablesFingerprinter(),
     ...(options.forceIptablesBinary ? { forceIptablesBinary: options.forceIptablesBinary } : {}),
     // With ambient, its start-up logs the node's decision (the same one: same netns, and the Istio
     // leftovers it removes never decide); once is enough.

@@ -8,6 +8,8 @@ import {
   type AmbientRulesDeps,
   type Drift,
   inspectCapture,
+  type InspectedCapture,
+  readFromNfTables,
   type NetnsHandle,
   type PodNetnsCache,
   type ProbeSetEntry,
@@ -42,7 +44,8 @@ export interface AmbientVerifierDeps {
 }
 
 export interface AmbientPodRulesAccess {
-  inspect(netnsPath: string, plan: AmbientPodRulePlan): Promise<Drift[]>;
+  /** The drift, and where the rules were read (`inspectCapture`). */
+  inspect(netnsPath: string, plan: AmbientPodRulePlan): Promise<InspectedCapture>;
   repair(netns: NetnsHandle, overrides: AmbientPodOverrides): Promise<void>;
 }
 
@@ -135,8 +138,10 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       const seen = rulesInPlaceAt.get(key);
       if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) drift = [];
       else {
-        drift = await netns.use((path) => podRules.inspect(path, plan));
-        if (generation !== undefined && drift.length === 0) rulesInPlaceAt.set(key, { generation, planKey });
+        const inspected = await netns.use((path) => podRules.inspect(path, plan));
+        drift = inspected.drift;
+        // A pod whose rules live in legacy tables (adopted) is read every time: its changes do not move the generation.
+        if (generation !== undefined && drift.length === 0 && readFromNfTables(inspected)) rulesInPlaceAt.set(key, { generation, planKey });
         else rulesInPlaceAt.delete(key);
       }
       // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
