@@ -121,7 +121,7 @@ describe('plugin degraded mode over HTTPS (kubeconfig CA and token)', { skip: mi
   });
 
   /** An ADD of default/web-0 (not in the mesh) with the run dir `name`, where no agent listens. */
-  function add(name: string, timeoutMs?: number): Promise<ExecResult> {
+  function add(name: string, timeoutMs?: number, extraEnv: Record<string, string> = {}): Promise<ExecResult> {
     const conf = {
       cniVersion: '1.0.0',
       name: 'k8s-pod-network',
@@ -140,13 +140,22 @@ describe('plugin degraded mode over HTTPS (kubeconfig CA and token)', { skip: mi
       CNI_IFNAME: 'eth0',
       CNI_PATH: '/opt/cni/bin',
       CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=c0ffee',
+      ...extraEnv,
     };
     return execPlugin(PLUGIN, env, JSON.stringify(conf), timeoutMs === undefined ? {} : { timeoutMs });
   }
 
   it('reads the pod over TLS with the kubeconfig CA and token and passes a pod outside the mesh through', async () => {
     seen.length = 0;
-    const res = await add('good');
+    // The runtime's environment may name a proxy (for image pulls): the API is reached directly,
+    // as node:https does (Bun's fetch would use it; docs/decisions.md, "The plugin: Bun").
+    const deadProxy = 'http://127.0.0.1:9';
+    const res = await add('good', undefined, {
+      HTTPS_PROXY: deadProxy,
+      https_proxy: deadProxy,
+      HTTP_PROXY: deadProxy,
+      ALL_PROXY: deadProxy,
+    });
     assert.equal(res.code, 0, `stdout ${res.stdout}\nstderr ${res.stderr}`);
     assert.deepEqual(json(res), PREV_RESULT);
     assert.deepEqual(seen, [{ path: POD_PATH, authorization: `Bearer ${TOKEN}` }]);
