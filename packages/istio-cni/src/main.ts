@@ -60,9 +60,27 @@ async function main(): Promise<void> {
   process.exitCode = outcome.exitCode;
 }
 
-main().catch((err: unknown) => {
-  // dispatch() never throws; this is the last line of defence so the runtime still gets JSON.
-  const msg = errorMessage(err);
+function fail(msg: string): void {
   process.stdout.write(JSON.stringify({ cniVersion: LATEST_VERSION, code: ErrorCode.Internal, msg }, null, 4) + '\n');
   process.exitCode = 1;
+}
+
+let settled = false;
+// A promise that can never settle (a callback that never comes) empties the event loop with main()
+// still pending, and the process would exit 0 with nothing on stdout: a success with no result.
+process.on('beforeExit', () => {
+  if (settled) return;
+  settled = true;
+  fail('istio-cni stopped before answering (internal error)');
 });
+
+main().then(
+  () => {
+    settled = true;
+  },
+  (err: unknown) => {
+    settled = true;
+    // dispatch() never throws; this is the last line of defence so the runtime still gets JSON.
+    fail(errorMessage(err));
+  },
+);

@@ -1,7 +1,7 @@
-import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage, type RequestOptions } from 'node:http';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import type { Socket } from 'node:net';
 import { retryWithBackoff, type BackoffPolicy, type RetryDecision } from './backoff.ts';
+import { bunFetchExchange, isBun, type HttpExchange } from './fetchExchange.ts';
 import type { KubeCredentials } from './kubeconfigCredentials.ts';
 
 /**
@@ -9,7 +9,8 @@ import type { KubeCredentials } from './kubeconfigCredentials.ts';
  * daemon's credentials. It replaces @kubernetes/client-node, whose generated models, serializer
  * and bundled HTTP stack cost the daemon ~28 MiB of heap and ~10 MiB of mapped code at load
  * (docs/decisions.md, "Kubernetes client"), for the dozen calls the daemon makes; the plugin's degraded mode
- * uses it too.
+ * uses it too. Under Bun (the plugin, scripts/build.ts) a request goes through Bun's own fetch
+ * (fetchExchange.ts), and node:http(s) is loaded only for a watch, which the plugin never opens.
  */
 
 export interface KubeRequest {
@@ -182,24 +183,34 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         rejectUnauthorized: !creds.insecureSkipTlsVerify,
       }
     : {};
-  const agent = secure
-    ? new HttpsAgent({ keepAlive: true, maxFreeSockets: 4, ...tls })
-    : new HttpAgent({ keepAlive: true, maxFreeSockets: 4 });
-  // Node sets a pooled socket's idle timeout from the server's `Keep-Alive: timeout=N` hint (less a
-  // second) or leaves none; ours is shorter either way, and the agent destroys a free socket on it.
-  const pool = agent as unknown as { keepSocketAlive(socket: Socket): boolean };
-  const keepSocketAlive = pool.keepSocketAlive.bind(agent);
-  pool.keepSocketAlive = (socket) => {
-    const keep = keepSocketAlive(socket);
-    if (keep) socket.setTimeout(IDLE_SOCKET_MS);
-    return keep;
-  };
-  const send = secure ? httpsRequest : httpRequest;
   const base = creds.server.pathname.replace(/\/+$/, '');
   const userAgent = options.userAgent ?? 'istio-cni';
+  let node: { send: (opts: RequestOptions) => ClientRequest; agent: RequestOptions['agent'] } | undefined;
+
+  /** node:http(s) and the keep-alive pool, on first use (under Bun: never, for a request). */
+  function nodeHttp(): NonNullable<typeof node> {
+    if (node !== undefined) return node;
+    const http = process.getBuiltinModule('node:http');
+    const https = process.getBuiltinModule('node:https');
+    const agent = secure
+      ? new https.Agent({ keepAlive: true, maxFreeSockets: 4, ...tls })
+      : new http.Agent({ keepAlive: true, maxFreeSockets: 4 });
+    // Node sets a pooled socket's idle timeout from the server's `Keep-Alive: timeout=N` hint (less a
+    // second) or leaves none; ours is shorter either way, and the agent destroys a free socket on it.
+    const pool = agent as unknown as { keepSocketAlive(socket: Socket): boolean };
+    const keepSocketAlive = pool.keepSocketAlive.bind(agent);
+    pool.keepSocketAlive = (socket) => {
+      const keep = keepSocketAlive(socket);
+      if (keep) socket.setTimeout(IDLE_SOCKET_MS);
+      return keep;
+    };
+    node = { send: secure ? https.request : http.request, agent };
+    return node;
+  }
 
   function open(method: string, path: string, headers: Record<string, string>, timeoutMs: number): ClientRequest {
     const token = creds.token();
+    const { send, agent } = nodeHttp();
     const opts: RequestOptions = {
       method,
       protocol: creds.server.protocol,
@@ -228,11 +239,9 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
     });
   }
 
-  function attempt<T>(req: KubeRequest, path: string, payload: Buffer | undefined, timeoutMs: number): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const headers: Record<string, string> = payload
-        ? { 'Content-Type': req.contentType ?? 'application/json', 'Content-Length': String(payload.length) }
-        : {};
+  /** One request over node:http(s), from the keep-alive pool. */
+  const nodeExchange: HttpExchange = (req, path, headers, payload, timeoutMs) =>
+    new Promise((resolve, reject) => {
       let r: ClientRequest;
       try {
         r = open(req.method, path, headers, timeoutMs);
@@ -251,30 +260,41 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         answered = true;
         readBody(res).then(
           (body) => {
-            const status = res.statusCode ?? 0;
-            if (status === 401) creds.invalidateToken();
-            if (status < 200 || status >= 300) {
-              const retryAfter = res.headers['retry-after'];
-              reject(
-                statusError(req.method, req.path, status, body, parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter)),
-              );
-              return;
-            }
-            if (body === '') {
-              resolve(undefined as T);
-              return;
-            }
-            try {
-              resolve(JSON.parse(body) as T);
-            } catch {
-              reject(new Error(`${req.method} ${req.path}: HTTP ${status} with a non-JSON body`));
-            }
+            const retryAfter = res.headers['retry-after'];
+            resolve({ status: res.statusCode ?? 0, retryAfter: Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, body });
           },
           (err: Error) => reject(new KubeConnectionError(`${req.method} ${req.path}: ${err.message}`, err, false)),
         );
       });
       r.end(payload);
     });
+
+  const exchange: HttpExchange = isBun()
+    ? bunFetchExchange({
+        url: (path) => `${creds.server.origin}${base}${path}`,
+        headers: () => {
+          const token = creds.token();
+          return { Accept: 'application/json', 'User-Agent': userAgent, ...(token ? { Authorization: `Bearer ${token}` } : {}) };
+        },
+        tls,
+        maxBodyBytes: MAX_BODY_BYTES,
+        connectionError: (req, err) => new KubeConnectionError(`${req.method} ${req.path}: ${err.message}`, err, false),
+      })
+    : nodeExchange;
+
+  async function attempt<T>(req: KubeRequest, path: string, payload: Buffer | undefined, timeoutMs: number): Promise<T> {
+    const headers: Record<string, string> = payload
+      ? { 'Content-Type': req.contentType ?? 'application/json', 'Content-Length': String(payload.length) }
+      : {};
+    const { status, retryAfter, body } = await exchange(req, path, headers, payload, timeoutMs);
+    if (status === 401) creds.invalidateToken();
+    if (status < 200 || status >= 300) throw statusError(req.method, req.path, status, body, parseRetryAfter(retryAfter));
+    if (body === '') return undefined as T;
+    try {
+      return JSON.parse(body) as T;
+    } catch {
+      throw new Error(`${req.method} ${req.path}: HTTP ${status} with a non-JSON body`);
+    }
   }
 
   return {
