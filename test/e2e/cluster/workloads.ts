@@ -1,5 +1,6 @@
 // What the cluster scenarios run in their pods (busybox shell scripts whose log says what a
 // connection reached) and how they read the API's view of them.
+import type { KubeClient } from '../support/kubeClient.ts';
 import { WORKLOAD_IMAGE } from './localCluster.ts';
 
 /** An address nothing answers on: only a capture rule can make a connection to it succeed. */
@@ -56,6 +57,16 @@ export const probeLoop = (host: string, port: number) =>
   `i=0; while true; do i=$((i+1)); out=$(nc -w 2 ${host} ${port} </dev/null); echo "tick:$i:\${out:-none}"; sleep 1; done`;
 
 export const isReady = (pod: Pod) => pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
+
+/** Creates a namespace, then waits for its default service account (the controller-manager's), which pods need. */
+export async function createNamespace(api: KubeClient, name: string, labels: Record<string, string> = {}): Promise<void> {
+  await api.must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+  await waitFor(
+    `the default service account in ${name}`,
+    async () => ((await api.request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
+    60_000,
+  );
+}
 
 /** Until `check` returns a value or timeoutMs passes; the error names `what` and adds `detail`. */
 export async function waitFor<T>(
