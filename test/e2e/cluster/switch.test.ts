@@ -365,8 +365,9 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
         if (zt.fdProblems.length > 0) zdsProblems.push(`${node.layout.name}: ${zt.fdProblems.join('; ')}`);
       }
     }
-    // Let the new agents settle (their start-up reconciliation, a verification pass) before comparing.
-    await new Promise((r) => setTimeout(r, 5000));
+    // A moment for what the new agents do right after turning Ready; later rewrites are caught by
+    // the next switch's comparison with this one's end state.
+    await new Promise((r) => setTimeout(r, 2000));
     const after = await snapshot(ambient);
     sampling = false;
     await sampler;
@@ -536,5 +537,16 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
     await switchAgents(t, 'ambient: upstream → ours (helm upgrade)', upgradeToOurs(ambientValuesFile), true);
     await switchAgents(t, 'ambient: ours → upstream (helm rollback)', rollback, true);
     await switchAgents(t, 'ambient: upstream → ours again (helm upgrade)', upgradeToOurs(ambientValuesFile), true);
+    // And the agent left in place rewrites nothing afterwards either.
+    const last = lastSnapshot;
+    const now = await snapshot(true);
+    const changed = cluster.nodes.flatMap((node) => {
+      const a = last?.nodes.get(node.layout.name);
+      const b = now.nodes.get(node.layout.name);
+      return a === undefined || b === undefined
+        ? [`${node.layout.name}: no snapshot`]
+        : podRuleChanges(node.layout.name, a, b, (uid) => now.pods.get(uid)?.metadata.name ?? uid);
+    });
+    assert.deepEqual(changed, [], 'no pod rules rewritten after the last switch');
   });
 });
