@@ -22,7 +22,15 @@ import { CHART_DIR, RELEASE_NAME, RELEASE_NAMESPACE } from '../support/chart.ts'
 import { auditFailures, auditTable, type AuditRow } from '../support/podAudit.ts';
 import { REPO_ROOT } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
-import { changedLines, failedTicks, hostDuplicates, normalizeRuleDump, type BackendDump } from '../support/switchChecks.ts';
+import {
+  changedLines,
+  failedTicks,
+  hostDuplicates,
+  isSecondCopyInLegacy,
+  legacyHoldsNoRules,
+  normalizeRuleDump,
+  type BackendDump,
+} from '../support/switchChecks.ts';
 import { collectAudit, podNetnsPaths } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { CLUSTER_DIR, SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
@@ -91,18 +99,33 @@ interface ClusterSnapshot {
 }
 
 /** Per pod netns and backend, what changed between two snapshots of one node (pods in both). */
-function podRuleChanges(node: string, before: NodeSnapshot, after: NodeSnapshot, podName: (uid: string) => string): string[] {
-  const problems: string[] = [];
+interface PodRuleChange {
+  uid: string;
+  backend: string;
+  changed: string[];
+  before: string;
+  after: string;
+}
+
+/** Per pod netns and backend, what changed between two snapshots of one node (pods in both). */
+function podRuleChangeList(before: NodeSnapshot, after: NodeSnapshot): PodRuleChange[] {
+  const changes: PodRuleChange[] = [];
   for (const [uid, rules] of before.podRules) {
     const now = after.podRules.get(uid);
     if (now === undefined) continue;
     for (const [backend, text] of rules) {
       const changed = changedLines(text, now.get(backend) ?? '');
-      if (changed.length > 0)
-        problems.push(`${node} ${podName(uid)} ${backend} rules changed:\n    ${changed.slice(0, 12).join('\n    ')}`);
+      if (changed.length > 0) changes.push({ uid, backend, changed, before: text, after: now.get(backend) ?? '' });
     }
   }
-  return problems;
+  return changes;
+}
+
+const describeChange = (node: string, name: string, c: PodRuleChange) =>
+  `${node} ${name} ${c.backend} rules changed:\n    ${c.changed.slice(0, 12).join('\n    ')}`;
+
+function podRuleChanges(node: string, before: NodeSnapshot, after: NodeSnapshot, podName: (uid: string) => string): string[] {
+  return podRuleChangeList(before, after).map((c) => describeChange(node, podName(c.uid), c));
 }
 
 /**
@@ -254,6 +277,8 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
     (await Promise.all(cluster.nodes.map((n) => auditNode(n, ambient)))).flat();
   /** The last snapshot taken after a switch: the next switch first checks nothing changed since. */
   let lastSnapshot: ClusterSnapshot | undefined;
+  /** Per pod and backend, its rules before upstream's agent added a second copy (see switchAgents). */
+  const rulesBeforeUpstreamCopy = new Map<string, Map<string, string>>();
   const restarts = (p: Pod) =>
     [...(p.status?.containerStatuses ?? [])].reduce((n, c) => n + c.restartCount, 0) +
     ((p.status as { initContainerStatuses?: { restartCount?: number }[] } | undefined)?.initContainerStatuses ?? []).reduce(
@@ -374,15 +399,44 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
 
     problems.push(...zdsProblems);
     const rewritten: string[] = [];
+    const toUpstream = images.includes(UPSTREAM_IMAGE);
+    const upstreamCopies: string[] = [];
+    const removedCopies: string[] = [];
     for (const node of cluster.nodes) {
       const b = before.nodes.get(node.layout.name);
       const a = after.nodes.get(node.layout.name);
       assert.ok(b !== undefined && a !== undefined);
       for (const uid of b.podRules.keys())
         if (before.pods.has(uid) && !a.podRules.has(uid)) problems.push(`${podName(uid)}: its netns is gone`);
-      problems.push(...podRuleChanges(node.layout.name, b, a, podName));
+      // Upstream's detection picks legacy on a node whose legacy tables hold only the empty tables
+      // its own earlier probe left, and then writes a second copy of every pod's and the host's
+      // rules there (docs/upstream-compat.md "Switching agents with helm"): reported, not failed,
+      // when that is all that changed; the next switch to ours must bring each pod back to its
+      // rules from before that copy.
+      const upstreamFlip = toUpstream && legacyHoldsNoRules(b.host);
+      for (const c of podRuleChangeList(b, a)) {
+        const name = podName(c.uid);
+        if (upstreamFlip && isSecondCopyInLegacy(c.backend, c.changed)) {
+          upstreamCopies.push(`${node.layout.name} ${name} ${c.backend} (+${c.changed.length} lines)`);
+          const perBackend = rulesBeforeUpstreamCopy.get(c.uid) ?? new Map<string, string>();
+          if (!perBackend.has(c.backend)) perBackend.set(c.backend, c.before);
+          rulesBeforeUpstreamCopy.set(c.uid, perBackend);
+          continue;
+        }
+        const original = rulesBeforeUpstreamCopy.get(c.uid)?.get(c.backend);
+        if (!toUpstream && original !== undefined && original === c.after) {
+          removedCopies.push(`${node.layout.name} ${name} ${c.backend}`);
+          rulesBeforeUpstreamCopy.get(c.uid)?.delete(c.backend);
+          continue;
+        }
+        problems.push(describeChange(node.layout.name, name, c));
+      }
       const dupes = hostDuplicates(a.host, a.ipset);
-      for (const d of dupes) problems.push(`${node.layout.name} host duplicate: ${d}`);
+      for (const d of dupes) {
+        if (upstreamFlip && /^ipv[46] nat ISTIO_POSTRT in ip6?tables-legacy and ip6?tables-nft$/.test(d))
+          upstreamCopies.push(`${node.layout.name} host: ${d}`);
+        else problems.push(`${node.layout.name} host duplicate: ${d}`);
+      }
       for (const hb of b.host) {
         const ha = a.host.find((h) => h.backend === hb.backend);
         const changed = changedLines(normalizeRuleDump(hb.text), normalizeRuleDump(ha?.text ?? ''));
@@ -408,6 +462,10 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
         );
       }
     }
+    if (!toUpstream)
+      for (const [uid, perBackend] of rulesBeforeUpstreamCopy)
+        for (const backend of perBackend.keys())
+          if (after.pods.has(uid)) problems.push(`${podName(uid)}: still holds upstream's second copy in ${backend}`);
     // The same pods (uids), none restarted, none repaired, annotations as they were.
     for (const [uid, p] of before.pods) {
       const now = after.pods.get(uid);
@@ -456,6 +514,14 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
       `${label}: \`helm ${helmArgs.join(' ')}\` took ${((helmDoneAt - startedAt) / 1000).toFixed(1)} s; both agents replaced and Ready ` +
         `${((readyAt - startedAt) / 1000).toFixed(1)} s after it started (agent image ${images.join(', ')}); ${before.pods.size} running pods compared`,
     );
+    if (upstreamCopies.length > 0)
+      t.diagnostic(
+        `${label}: upstream's agent flipped to iptables-legacy (its own empty tables) and added a second copy:\n  ${upstreamCopies.join('\n  ')}`,
+      );
+    if (removedCopies.length > 0)
+      t.diagnostic(
+        `${label}: our agent removed upstream's second copy, back to the pod's rules before it:\n  ${removedCopies.join('\n  ')}`,
+      );
     t.diagnostic(`${label}: what the new agents changed:\n${rewritten.length ? rewritten.map((r) => `  ${r}`).join('\n') : '  nothing'}`);
     t.diagnostic(`${label}: after the switch and ${cluster.nodes.length * (ambient ? 2 : 1)} new pods:\n${auditTable(finalAudit)}`);
     assert.deepEqual(problems, [], `${label}: the switch disturbed something`);

@@ -96,3 +96,26 @@ export function failedTicks(log: string, expected: string): string[] {
     .filter((l) => l.startsWith('tick:'))
     .filter((l) => l.slice(l.indexOf(':', 5) + 1) !== expected);
 }
+
+/**
+ * Whether the legacy backends of a node hold no rule and no chain of their own: at most the empty
+ * built-in tables upstream's backend probe leaves behind (docs/upstream-compat.md "Empty tables").
+ */
+export function legacyHoldsNoRules(dumps: readonly BackendDump[]): boolean {
+  return dumps
+    .filter((d) => d.backend.endsWith('-legacy'))
+    .every((d) =>
+      normalizeRuleDump(d.text)
+        .split('\n')
+        .every((l) => !l.startsWith('-A ') && !(l.startsWith(':') && l.includes(' - ['))),
+    );
+}
+
+/**
+ * A pod's rule change that is upstream's second copy: only lines added, and only in a legacy
+ * backend (upstream's detection flipped to legacy on a node whose legacy tables hold nothing but
+ * the empty tables its own probe left; docs/upstream-compat.md).
+ */
+export function isSecondCopyInLegacy(backend: string, changed: readonly string[]): boolean {
+  return backend.endsWith('-legacy') && changed.length > 0 && changed.every((l) => l.startsWith('+ '));
+}
