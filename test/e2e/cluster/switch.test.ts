@@ -424,8 +424,15 @@ describe('switching a live cluster between upstream Istio’s agent and ours wit
           rulesBeforeUpstreamCopy.set(c.uid, perBackend);
           continue;
         }
+        // Ours removes the copy; the legacy tables it sat in stay, empty (a legacy table cannot be
+        // removed from a netns), so the pod's rules are what they were plus empty built-in tables.
         const original = rulesBeforeUpstreamCopy.get(c.uid)?.get(c.backend);
-        if (!toUpstream && original !== undefined && original === c.after) {
+        const copyRemoved =
+          original !== undefined &&
+          c.changed.every((l) => l.startsWith('- ')) &&
+          legacyHoldsNoRules([{ backend: c.backend, text: c.after }]) &&
+          changedLines(original, c.after).every((l) => /^\+ (\*\w+|COMMIT|:[A-Z]+ ACCEPT \[0:0\])$/.test(l));
+        if (!toUpstream && copyRemoved) {
           removedCopies.push(`${node.layout.name} ${name} ${c.backend}`);
           rulesBeforeUpstreamCopy.get(c.uid)?.delete(c.backend);
           continue;
