@@ -23,7 +23,7 @@ down:
 CLUSTER_PRIMARY_CNI_VERSIONS ?= $(or $(E2E_PRIMARY_CNI_VERSION),1.0.0 1.1.0)
 CLUSTER_SCENARIOS := test/e2e/cluster/scenarios.test.ts
 CLUSTER_OTHER_TESTS = $(filter-out $(CLUSTER_SCENARIOS),$(wildcard test/e2e/cluster/*.test.ts))
-CLUSTER_TEST = IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1
+CLUSTER_TEST = IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) UPSTREAM_IMAGE=$(UPSTREAM_IMAGE) UPSTREAM_IMAGE_ARCHIVE=$(UPSTREAM_IMAGE_ARCHIVE) UPSTREAM_CHART_DIR=$(UPSTREAM_CHART_DIR) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1
 define run-cluster-tests
 	set -e; for v in $(CLUSTER_PRIMARY_CNI_VERSIONS); do \
 	  echo "== $(CLUSTER_SCENARIOS), primary conflist cniVersion $$v"; \
@@ -32,5 +32,5 @@ define run-cluster-tests
 	$(if $(CLUSTER_OTHER_TESTS),$(CLUSTER_TEST) $(CLUSTER_OTHER_TESTS))
 endef
 
-e2e-cluster: e2e-rig image
+e2e-cluster: e2e-rig image upstream-image upstream-chart
 	$(run-cluster-tests)

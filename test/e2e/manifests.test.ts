@@ -87,6 +87,9 @@ describe('istio-cni Helm chart', () => {
       'core/namespaces get',
       'core/namespaces list',
       'core/namespaces watch',
+      'core/nodes get',
+      'core/nodes list',
+      'core/nodes watch',
       'core/pods get',
       'core/pods list',
       'core/pods watch',
@@ -164,17 +167,22 @@ describe('istio-cni Helm chart', () => {
   test('each feature adds only its own permissions', async () => {
     const base = grants(await render('repair.enabled=false'));
     // The upgrade check reads its own DaemonSet in sidecar mode too: in the base role, unlike upstream.
+    // Nodes as upstream's base role: upstream's agent reads its Node at shutdown, under this role
+    // when `helm upgrade` switches a release from upstream's chart to ours (switch.test.ts).
     assert.deepEqual(base, [
       'apps/daemonsets:istio-cni-node get',
       'core/namespaces get',
       'core/namespaces list',
       'core/namespaces watch',
+      'core/nodes get',
+      'core/nodes list',
+      'core/nodes watch',
       'core/pods get',
       'core/pods list',
       'core/pods watch',
     ]);
     const added = async (...set: string[]) => grants(await render('repair.enabled=false', ...set)).filter((g) => !base.includes(g));
-    assert.deepEqual(await added('taint.enabled=true'), ['core/nodes get', 'core/nodes patch']);
+    assert.deepEqual(await added('taint.enabled=true'), ['core/nodes patch']);
     assert.deepEqual(await added('ambient.enabled=true'), ['core/pods/status patch', 'core/pods/status update']);
     assert.deepEqual(await added('global.platform=openshift'), ['security.openshift.io/securitycontextconstraints:privileged use']);
     const repair = (...set: string[]) => render(...set).then(grants);

@@ -78,9 +78,33 @@ describe('settings', () => {
     assert.deepEqual(s.cniBinTargetDirs, ['/a', '/b']);
     assert.deepEqual(s.excludeNamespaces, ['kube-system', 'istio-system']);
     assert.equal(s.kubeconfigMode, 0o640);
-    assert.deepEqual(s.enablementSelectors, [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }]);
+    assert.deepEqual(s.enablementSelectors, [
+      { podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } }, namespaceSelector: {} },
+    ]);
     assert.deepEqual(s.logLevels, { agent: 'debug', plugin: 'warn' });
     assert.equal(resolveSettings({}, { KUBECONFIG_MODE: '384' }, host).kubeconfigMode, 0o600);
+  });
+
+  it('AMBIENT_ENABLEMENT_SELECTOR: both keys on every selector, {} for an absent one, as upstream marshals them', () => {
+    // The chart's default selectors; upstream's EnablementSelector has no omitempty, so its conflist
+    // carries "namespaceSelector": {} on the first: ours must write the same bytes.
+    const chartDefault =
+      '- podSelector:\n    matchLabels: {istio.io/dataplane-mode: ambient}\n' +
+      '- podSelector:\n    matchExpressions:\n    - { key: istio.io/dataplane-mode, operator: NotIn, values: [none] }\n' +
+      '  namespaceSelector:\n    matchLabels: {istio.io/dataplane-mode: ambient}\n';
+    const s = resolveSettings({}, { AMBIENT_ENABLEMENT_SELECTOR: chartDefault }, host);
+    assert.equal(
+      JSON.stringify(s.enablementSelectors),
+      JSON.stringify([
+        { podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } }, namespaceSelector: {} },
+        {
+          podSelector: { matchExpressions: [{ key: 'istio.io/dataplane-mode', operator: 'NotIn', values: ['none'] }] },
+          namespaceSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } },
+        },
+      ]),
+    );
+    const onlyNamespace = resolveSettings({}, { AMBIENT_ENABLEMENT_SELECTOR: '- namespaceSelector: {matchLabels: {a: b}}\n' }, host);
+    assert.equal(JSON.stringify(onlyNamespace.enablementSelectors), '[{"podSelector":{},"namespaceSelector":{"matchLabels":{"a":"b"}}}]');
   });
 
   it('rejects bad values with messages naming each setting', () => {

@@ -29,13 +29,35 @@ export interface AuditOptions {
   ztunnel: FakeZtunnel | undefined;
 }
 
+/**
+ * The network namespace of each pod with a ready sandbox on the node (by pod uid), as a path on
+ * this machine (the pid `crictl inspectp` reports, through the node's /proc).
+ */
+export async function podNetnsPaths(node: RunningNode): Promise<Map<string, string>> {
+  const sandboxes = JSON.parse(await node.crictl(['pods', '--state', 'ready', '-o', 'json'])) as SandboxList;
+  const paths = new Map<string, string>();
+  const seen = new Set<string>();
+  for (const s of sandboxes.items) {
+    // Two ready sandboxes of one pod: neither is the pod's for sure.
+    if (seen.has(s.metadata.uid)) {
+      paths.delete(s.metadata.uid);
+      continue;
+    }
+    seen.add(s.metadata.uid);
+    const inspected = JSON.parse(await node.crictl(['inspectp', s.id])) as { info?: { pid?: number } };
+    const pid = inspected.info?.pid;
+    if (pid !== undefined && pid > 0) paths.set(s.metadata.uid, `${nodeProcPath(node.holder.pid, pid)}/ns/net`);
+  }
+  return paths;
+}
+
 /** One row per pod of `namespaces` on the node, as it is now. */
 export async function collectAudit(o: AuditOptions): Promise<AuditRow[]> {
   const netns = o.node.layout.netns;
   const inNodeNetns = async (argv: readonly string[]) =>
     (await runCommand(['ip', 'netns', 'exec', netns, ...argv], { allowFailure: true })).stdout;
   const probed = probeSetAddresses(await inNodeNetns(['ipset', 'save']), await inNodeNetns(['nft', 'list', 'ruleset']));
-  const sandboxes = JSON.parse(await o.node.crictl(['pods', '--state', 'ready', '-o', 'json'])) as SandboxList;
+  const netnsPaths = await podNetnsPaths(o.node);
   const rows: AuditRow[] = [];
   for (const namespace of o.namespaces) {
     const ns = await o.api.must<{ metadata: { labels?: Record<string, string> } }>('GET', `/api/v1/namespaces/${namespace}`);
@@ -45,13 +67,8 @@ export async function collectAudit(o: AuditOptions): Promise<AuditRow[]> {
     );
     for (const pod of pods.items) {
       const ips = (pod.status?.podIPs ?? []).map((p) => p.ip);
-      const ready = sandboxes.items.filter((s) => s.metadata.uid === pod.metadata.uid);
-      let rules: AuditRow['rules'];
-      if (ready.length === 1 && ready[0] !== undefined) {
-        const inspected = JSON.parse(await o.node.crictl(['inspectp', ready[0].id])) as { info?: { pid?: number } };
-        const pid = inspected.info?.pid;
-        if (pid !== undefined && pid > 0) rules = inPodRules(await podRules(`${nodeProcPath(o.node.holder.pid, pid)}/ns/net`));
-      }
+      const netnsPath = netnsPaths.get(pod.metadata.uid);
+      const rules: AuditRow['rules'] = netnsPath === undefined ? undefined : inPodRules(await podRules(netnsPath));
       rows.push({
         namespace,
         name: pod.metadata.name,

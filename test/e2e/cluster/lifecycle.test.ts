@@ -6,11 +6,11 @@
 // (a fake ztunnel per node), ambient pods arriving too; 5 the rewrites of 3 on profile=ambient with
 // the Istio-owned conflist (istioOwnedCNIConfig=true), each changing a setting of the primary's file.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
+import type { FakeZtunnel } from '../../support/fakeZtunnel.ts';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { auditFailures, auditTable } from '../support/podAudit.ts';
 import { collectAudit } from './audit.ts';
@@ -29,6 +29,7 @@ import {
 import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
+import { connectFakeZtunnel } from './ztunnelConnection.ts';
 import { upgradeToProfile } from './upgradeProfile.ts';
 import {
   container,
@@ -90,13 +91,7 @@ describe('node agent lifecycle events', { timeout: 1_200_000 }, () => {
   const ztunnels = new Map<string, FakeZtunnel>();
   const connectZtunnel = async (node: RunningNode): Promise<FakeZtunnel> => {
     ztunnels.get(node.layout.name)?.close();
-    const path = join(nodePrivateDir(node.layout, '/run/ztunnel'), 'ztunnel.sock');
-    const zt = await waitFor(
-      `${node.layout.name}: a ZDS connection to ${path}`,
-      async () => (existsSync(path) ? startFakeZtunnel({ path }).catch(() => undefined) : undefined),
-      120_000,
-      () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
-    );
+    const zt = await connectFakeZtunnel(cluster.controlPlane, node);
     ztunnels.set(node.layout.name, zt);
     return zt;
   };

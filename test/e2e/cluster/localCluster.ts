@@ -23,6 +23,10 @@ export interface LocalClusterOptions {
   imageTar: string;
   /** Extra chart values, `key=value`. */
   chartSet?: readonly string[];
+  /** More OCI image archives imported into every node (e.g. upstream's agent image). */
+  extraImageTars?: readonly string[];
+  /** false: no `helm install`, the caller installs a chart of its choice (default true). */
+  install?: boolean;
   /** The nodes' primary conflist `cniVersion` (default: E2E_PRIMARY_CNI_VERSION, see layout.ts). */
   primaryCniVersion?: string;
   log?: (line: string) => void;
@@ -49,6 +53,8 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
   if (process.getuid?.() !== 0) throw new Error('the cluster needs root (network namespaces, mounts, cgroups, containerd)');
   if (!existsSync(imageTar))
     throw new Error(`node image archive ${relative(REPO_ROOT, imageTar)} is missing: run \`make image\` (or set IMAGE_ARCHIVE)`);
+  for (const tar of options.extraImageTars ?? [])
+    if (!existsSync(tar)) throw new Error(`image archive ${relative(REPO_ROOT, tar)} is missing`);
   const needed: RigBinary[] = [
     'containerd',
     'containerd-shim-runc-v2',
@@ -85,13 +91,16 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
   const running: RunningNode[] = [];
   for (const node of nodes) {
     log(`${node.name}: containerd (importing ${relative(REPO_ROOT, imageTar)}, the pause and workload images), kubelet`);
-    running.push(await startNode(state, node, controlPlane, [imageTar, workloadTar], options.primaryCniVersion));
+    running.push(
+      await startNode(state, node, controlPlane, [imageTar, ...(options.extraImageTars ?? []), workloadTar], options.primaryCniVersion),
+    );
   }
   for (const node of running) {
     await requireImage(node, image, imageTar);
     await waitNodeReady(controlPlane, node);
   }
   log(`${options.nodes} node(s) Ready`);
+  if (options.install === false) return { controlPlane, nodes: running, kubeconfig: KUBECONFIG_FILE };
 
   log(`helm install ${RELEASE_NAME} (${relative(REPO_ROOT, CHART_DIR)}) with ${image}, pullPolicy Never`);
   await helmInstall(image, options.chartSet ?? []);
@@ -100,7 +109,7 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
 }
 
 /** `ctr import` names the image from the archive; the chart must find it under exactly `ref`. */
-async function requireImage(node: RunningNode, ref: string, imageTar: string): Promise<void> {
+export async function requireImage(node: RunningNode, ref: string, imageTar: string): Promise<void> {
   const listed = await runCommand([...ctrArgv(node.containerdSocket, 'k8s.io'), 'images', 'ls', '-q']);
   const refs = listed.stdout.split('\n').filter(Boolean);
   // containerd spells a bare Docker Hub reference in full.

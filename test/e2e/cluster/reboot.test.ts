@@ -7,19 +7,19 @@
 // profile, with the primary CNI's stand-in rewriting its conflist without istio-cni as the node boots,
 // then that again with the Istio-owned conflist (istioOwnedCNIConfig=true).
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
-import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
+import type { FakeZtunnel } from '../../support/fakeZtunnel.ts';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { auditFailures, auditTable, type AuditRow } from '../support/podAudit.ts';
 import { collectAudit } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
-import { nodePrivateDir, rebootNode, type RunningNode } from './node.ts';
+import { rebootNode, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
+import { connectFakeZtunnel } from './ztunnelConnection.ts';
 import { upgradeToProfile } from './upgradeProfile.ts';
 import {
   conflistTypes,
@@ -43,6 +43,7 @@ import {
   whenListening,
   type Pod,
   type SandboxFailureEvent,
+  createNamespace as createNamespaceAndWait,
 } from './workloads.ts';
 
 const IMAGE = SUITE_IMAGE;
@@ -62,14 +63,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
     return n;
   };
 
-  const createNamespace = async (name: string, labels: Record<string, string> = {}) => {
-    await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
-    await waitFor(
-      `the default service account in ${name}`,
-      async () => ((await api().request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
-      60_000,
-    );
-  };
+  const createNamespace = (name: string, labels: Record<string, string> = {}) => createNamespaceAndWait(api(), name, labels);
   const createPod = (
     namespace: string,
     name: string,
@@ -107,13 +101,7 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
       await api().must<{ items: Pod[] }>('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods?labelSelector=k8s-app%3D${DAEMONSET}`)
     ).items.find((p) => p.spec.nodeName === node1().layout.name && p.metadata.deletionTimestamp === undefined);
   const connectZtunnel = async (node: RunningNode): Promise<FakeZtunnel> => {
-    const path = join(nodePrivateDir(node.layout, '/run/ztunnel'), 'ztunnel.sock');
-    const zt = await waitFor(
-      `${node.layout.name}: a ZDS connection to ${path}`,
-      async () => (existsSync(path) ? startFakeZtunnel({ path }).catch(() => undefined) : undefined),
-      120_000,
-      () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
-    );
+    const zt = await connectFakeZtunnel(cluster.controlPlane, node);
     ztunnels.set(node.layout.name, zt);
     return zt;
   };

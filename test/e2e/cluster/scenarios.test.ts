@@ -43,6 +43,7 @@ import {
   whenListening,
   type Pod,
   type SandboxFailureEvent,
+  createNamespace as createNamespaceAndWait,
 } from './workloads.ts';
 
 const NODES = 2;
@@ -69,15 +70,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
     return node;
   };
 
-  const createNamespace = async (name: string, labels: Record<string, string> = {}) => {
-    await api().must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
-    // The controller-manager creates the namespace's default service account, which pods need.
-    await waitFor(
-      `the default service account in ${name}`,
-      async () => ((await api().request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
-      60_000,
-    );
-  };
+  const createNamespace = (name: string, labels: Record<string, string> = {}) => createNamespaceAndWait(api(), name, labels);
   const createPod = async (
     name: string,
     nodeName: string,

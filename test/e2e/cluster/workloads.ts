@@ -58,6 +58,16 @@ export const probeLoop = (host: string, port: number) =>
 
 export const isReady = (pod: Pod) => pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
 
+/** Creates a namespace, then waits for its default service account (the controller-manager's), which pods need. */
+export async function createNamespace(api: KubeClient, name: string, labels: Record<string, string> = {}): Promise<void> {
+  await api.must('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+  await waitFor(
+    `the default service account in ${name}`,
+    async () => ((await api.request('GET', `/api/v1/namespaces/${name}/serviceaccounts/default`)).status === 200 ? true : undefined),
+    60_000,
+  );
+}
+
 /** Until `check` returns a value or timeoutMs passes; the error names `what` and adds `detail`. */
 export async function waitFor<T>(
   what: string,

@@ -9,8 +9,15 @@ import {
   renderAmbientHostNftTransaction,
   renderIptablesRestore,
 } from '@istio-cni/capture';
-import { applyIptablesRules, type IptablesDocuments, verifyIptablesRules } from '../applyIptablesRules.ts';
+import {
+  applyIptablesRules,
+  canonicalIptablesState,
+  type IptablesDocuments,
+  readIptablesState,
+  verifyIptablesRules,
+} from '../applyIptablesRules.ts';
 import type { CommandRunner, RunOptions } from '../commandRunner.ts';
+import { diffIptablesState } from '../iptablesState.ts';
 import { type OpenScratchNetns, withScratchNetns } from '../scratchNetns.ts';
 import { AmbientDataplaneError } from './ambientDataplaneError.ts';
 import type { AmbientRuleBackend, AmbientRulesDeps } from './ambientPodRules.ts';
@@ -29,10 +36,13 @@ export interface AmbientHostRulesOptions {
 const hostTable = 'inet istio-ambient-nat';
 
 /**
- * Start-up as upstream: remove old host rules (iptables), then create them: for iptables the
- * POSTROUTING jump into ISTIO_POSTRT and the `--socket-exists` probe-set SNAT; for nft the probe
- * sets (created if missing, never emptied here) and the kubelet-UID SNAT rule. The probe sets
- * must exist first (`ProbeSetManager.create`) for iptables.
+ * Start-up as upstream: for iptables the POSTROUTING jump into ISTIO_POSTRT and the
+ * `--socket-exists` probe-set SNAT, left alone when exactly in place in the node's backend (as
+ * upstream's `executeCommands`, which verifies the state first), else the old ones removed and the
+ * plan applied; for nft the probe sets (created if missing, never emptied here) and the
+ * kubelet-UID SNAT rule in one transaction. Removing rules that are in place would leave a moment
+ * in which kubelet's probes of enrolled pods are not SNATed and fail (an agent restart, a switch
+ * from upstream's agent). The probe sets must exist first (`ProbeSetManager.create`) for iptables.
  */
 export async function createAmbientHostRules(deps: AmbientRulesDeps, options: AmbientHostRulesOptions): Promise<void> {
   const host = hostContext(deps, options);
@@ -42,6 +52,7 @@ export async function createAmbientHostRules(deps: AmbientRulesDeps, options: Am
       .catch((err: unknown) => failed('create', err));
     return;
   }
+  if (await iptablesHostRulesInPlace(host, options)) return;
   await deleteAmbientHostRules(deps, options);
   await applyIptablesRules(
     { runner: host.runner, openScratchNetns: host.openScratchNetns },
@@ -93,6 +104,32 @@ export async function verifyAmbientHostRules(deps: AmbientRulesDeps, options: Am
   const have = await list(host.netns);
   if (have === '') return [`missing chain ${hostTable} postrouting`];
   return have === want ? [] : [`chain ${hostTable} postrouting is ${JSON.stringify(have)}, expected ${JSON.stringify(want)}`];
+}
+
+/** The node backend's ISTIO_* host state is exactly the plan's, for every family (no second copy of a rule either). */
+async function iptablesHostRulesInPlace(
+  host: { runner: CommandRunner; netns: string; openScratchNetns: OpenScratchNetns },
+  options: AmbientHostRulesOptions,
+): Promise<boolean> {
+  if (options.backend.kind !== 'iptables') return false;
+  const backend = options.backend.iptables;
+  const documents = hostDocuments(options.config);
+  for (const family of ['ipv4', 'ipv6'] as const) {
+    const document = documents[family];
+    if (document === undefined) continue;
+    const actual = await readIptablesState(host.runner, backend, family, host.netns).catch(() => undefined);
+    // Nothing of ours there (a fresh node): no need for the plan's canonical form.
+    if (actual === undefined || !diffIptablesState(new Map(), actual).residue) return false;
+    const expected = await canonicalIptablesState(
+      { runner: host.runner, openScratchNetns: host.openScratchNetns },
+      backend,
+      family,
+      document,
+    );
+    const diff = diffIptablesState(expected, actual);
+    if (!diff.residue || diff.differences.length > 0) return false;
+  }
+  return true;
 }
 
 function hostDocuments(config: AmbientConfig): IptablesDocuments {

@@ -119,15 +119,13 @@ export function parseEnablementSelectors(value: string): EnablementSelector[] {
   } catch (err) {
     throw new SettingsError(`invalid AMBIENT_ENABLEMENT_SELECTOR: ${(err as Error).message}`);
   }
-  return selectors.map((entry, i) => {
-    const out: EnablementSelector = {};
-    const raw = stringified[i] as Record<string, unknown>;
-    const pod = raw.podSelector === undefined || raw.podSelector === null ? undefined : compactSelector(entry.podSelector);
-    const ns = raw.namespaceSelector === undefined || raw.namespaceSelector === null ? undefined : compactSelector(entry.namespaceSelector);
-    if (pod) out.podSelector = pod;
-    if (ns) out.namespaceSelector = ns;
-    return out;
-  });
+  // Both keys on every entry, `{}` for an absent one: upstream's `EnablementSelector` has no
+  // `omitempty` (cni/pkg/util/enablement_selector.go), so the conflist's `enablement_selectors`
+  // read the same whichever agent wrote them (`{}` matches everything for either).
+  return selectors.map((entry) => ({
+    podSelector: compactSelector(entry.podSelector) ?? {},
+    namespaceSelector: compactSelector(entry.namespaceSelector) ?? {},
+  }));
 }
 
 export interface LogLevels {
