@@ -49,6 +49,12 @@ const postjectCli = join(root, 'node_modules/postject/dist/cli.js');
  * the real one.
  */
 const bunBinary = join(root, 'node_modules/@oven/bun-linux-x64/bin/bun');
+/**
+ * The runtime the plugin embeds: Bun's x86-64 build without AVX2 (`-baseline`), so the plugin runs on
+ * every node upstream's Go plugin runs on (a CPU or a VM's generic CPU model without AVX2 would kill
+ * the AVX2 build with SIGILL at every exec, failing every pod sandbox of the node).
+ */
+const bunRuntimeBinary = join(root, 'node_modules/@oven/bun-linux-x64-baseline/bin/bun');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 /**
  * For the processes that write a code cache: V8 seeds its string hashes from a random seed, and the
@@ -246,6 +252,8 @@ function compileWithBun(target: Target): string {
       '--no-compile-autoload-bunfig',
       '--no-compile-autoload-tsconfig',
       '--no-compile-autoload-package-json',
+      '--compile-executable-path',
+      bunRuntimeBinary,
       '--define',
       `globalThis.ISTIO_CNI_BUILD_VERSION=${JSON.stringify(version)}`,
       join(root, target.entry),
