@@ -71,6 +71,10 @@ async function ambientAgent(env: Record<string, string>, pods: number): Promise<
   const bench = await startAmbientBenchNode(env);
   try {
     await enrolAmbientPods(bench, 0, pods);
+    const decided = bench.rig.daemon.logged((e) => e.msg === 'iptables backend')[0];
+    console.log(
+      `(ambient agent, ${env.VERIFY_INTERVAL ?? ''}: ${decided ? `iptables backend ${String(decided.backend)}` : 'native nftables'})`,
+    );
     const pid = bench.rig.daemon.child.pid;
     if (pid === undefined) throw new Error('the agent has no pid');
     return { pid, close: bench.close };
