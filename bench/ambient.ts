@@ -117,17 +117,9 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
     console.log('\n(skipping ambient enrolment benchmark: needs root for network namespaces)');
     return undefined;
   }
-  const node = createAmbientNode();
-  let rig: AmbientRig | undefined;
-  let ztunnel: FakeZtunnel | undefined;
+  const bench = await startAmbientBenchNode();
+  const { node, rig, ztunnel: zt } = bench;
   try {
-    rig = await startAmbientRig(node.netns.path);
-    await rig.startDaemon();
-    rig.api.upsertNamespace(namespaceObject(NAMESPACE, { [AMBIENT_LABEL]: 'ambient' }));
-    const zt = await startFakeZtunnel({ path: rig.ztunnelPath });
-    ztunnel = zt;
-    await zt.waitFor(() => zt.snapshots[0] === 1, 'the first snapshot');
-
     // 1. One ADD at a time, interleaved with the bare runtime start.
     const sequential = await prepare(node, rig, 0, runs + WARMUP);
     let next = 0;
@@ -179,12 +171,8 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
       assertEnrolled(rig, zt, burst);
 
       // 3. Memory with RSS_PODS enrolled (the rest enrolled in bursts of 50, not timed).
-      while (enrolled < RSS_PODS) {
-        const more = await prepare(node, rig, enrolled, Math.min(50, RSS_PODS - enrolled));
-        await Promise.all(more.map((a) => timeProcess([PLUGIN], a.env, a.stdin)));
-        assertEnrolled(rig, zt, more);
-        enrolled += more.length;
-      }
+      await enrolAmbientPods(bench, enrolled, RSS_PODS - enrolled);
+      enrolled = RSS_PODS;
     } finally {
       // Stopped on failure too: a sampling interval left running keeps the process alive.
       peakKiB = rss.stop().peakKiB;
@@ -233,9 +221,52 @@ export async function benchAmbient(runs: number): Promise<AmbientBenchResult | u
       peakRssKiB: peakKiB,
     };
   } finally {
+    await bench.close();
+  }
+}
+
+export interface AmbientBenchNode {
+  node: AmbientNode;
+  rig: AmbientRig;
+  ztunnel: FakeZtunnel;
+  /** Stops ztunnel and the daemon, removes the node with its pods. */
+  close(): Promise<void>;
+}
+
+/**
+ * A scratch node running `dist/install-cni` (ambient on, `daemonEnv` added), the bench namespace
+ * selected for ambient and a fake ztunnel connected: ready for ADDs.
+ */
+export async function startAmbientBenchNode(daemonEnv: Record<string, string> = {}): Promise<AmbientBenchNode> {
+  const node = createAmbientNode();
+  let rig: AmbientRig | undefined;
+  let ztunnel: FakeZtunnel | undefined;
+  const close = async () => {
     ztunnel?.close();
     await rig?.close();
     await node.remove();
+  };
+  try {
+    rig = await startAmbientRig(node.netns.path, daemonEnv);
+    await rig.startDaemon();
+    rig.api.upsertNamespace(namespaceObject(NAMESPACE, { [AMBIENT_LABEL]: 'ambient' }));
+    const zt = await startFakeZtunnel({ path: rig.ztunnelPath });
+    ztunnel = zt;
+    await zt.waitFor(() => zt.snapshots[0] === 1, 'the first snapshot');
+    return { node, rig, ztunnel: zt, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+/** Enrols pods `from`..`from + count - 1` through the built plugin, 50 at a time (not timed); throws unless each is enrolled. */
+export async function enrolAmbientPods(bench: AmbientBenchNode, from: number, count: number): Promise<void> {
+  for (let done = 0; done < count; ) {
+    const more = await prepare(bench.node, bench.rig, from + done, Math.min(50, count - done));
+    await Promise.all(more.map((a) => timeProcess([PLUGIN], a.env, a.stdin)));
+    assertEnrolled(bench.rig, bench.ztunnel, more);
+    done += more.length;
   }
 }
 

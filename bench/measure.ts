@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 
 export interface Sample {
   name: string;
@@ -117,4 +118,15 @@ export function printTable(title: string, samples: Sample[], baseline: string): 
       `| ${s.name}${s.name === baseline ? ' (baseline)' : ''} | ${s.runs} | ${s.medianMs.toFixed(1)} | ${s.p90Ms.toFixed(1)} | ${ratio} |`,
     );
   }
+}
+
+/**
+ * CPU time of a process and its waited-for children in ms (utime, stime, cutime, cstime of
+ * /proc/<pid>/stat): for an agent, its own work plus the commands it ran.
+ */
+export function processCpuMs(pid: number | 'self' = 'self'): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0);
+  return ticks * 10; // USER_HZ is 100 on Linux
 }

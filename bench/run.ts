@@ -11,6 +11,7 @@ import { benchPluginStartup } from './pluginStartup.ts';
 import { benchRobustness } from './robustness.ts';
 import { benchSidecarAdd } from './sidecarAdd.ts';
 import { benchUpstreamPeer } from './upstreamPeer.ts';
+import { benchVerifyAmbientPass } from './verifyAmbientPass.ts';
 import { benchVerifyPass, printVerifyPass } from './verifyPass.ts';
 
 const runs = Number.parseInt(process.env.RUNS ?? '30', 10);
@@ -27,7 +28,11 @@ if (process.getuid?.() === 0) {
   for (const s of samples) {
     console.log(`| ${s.backend} | ${s.runs} | ${s.applyMedianMs.toFixed(1)} | ${s.nsenterMedianMs.toFixed(1)} | ${s.ratio.toFixed(2)} |`);
   }
-  printVerifyPass(await bounded('bench: continuous verification pass', 10 * MINUTE, () => benchVerifyPass(110, 5)));
+  printVerifyPass('sidecar', await bounded('bench: continuous verification pass', 10 * MINUTE, () => benchVerifyPass(110, 5)));
+  printVerifyPass(
+    'ambient',
+    await bounded('bench: continuous verification pass, ambient', 10 * MINUTE, () => benchVerifyAmbientPass(110, 5)),
+  );
   await bounded('bench: end-to-end sidecar ADD', 10 * MINUTE, () => benchSidecarAdd(runs));
   await bounded('bench: ambient enrolment', 15 * MINUTE, () => benchAmbient(runs));
   await bounded('bench: robustness under API faults', 15 * MINUTE, () => benchRobustness());

@@ -5,7 +5,6 @@
  * backend. Wall time and CPU of this process plus the commands it ran (children's CPU from
  * /proc/self/stat), and what that costs a core on average at the default 60 s interval.
  */
-import { readFileSync } from 'node:fs';
 import type { Pod } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
@@ -17,7 +16,7 @@ import {
   type SidecarCaptureManager,
 } from '@istio-cni/dataplane';
 import { freshNetns } from './applySidecarRules.ts';
-import { median } from './measure.ts';
+import { median, processCpuMs as cpuMs } from './measure.ts';
 
 export interface VerifyPassSample {
   backend: string;
@@ -33,7 +32,7 @@ export interface VerifyPassSample {
   drifted: number;
 }
 
-const INTERVAL_MS = 60_000;
+export const INTERVAL_MS = 60_000;
 
 const pod = (i: number): Pod => ({
   metadata: {
@@ -46,25 +45,45 @@ const pod = (i: number): Pod => ({
   status: { podIP: '10.1.0.5', podIPs: [{ ip: '10.1.0.5' }] },
 });
 
-/** CPU time of this process and its waited-for children, in ms (utime, stime, cutime, cstime). */
-function cpuMs(): number {
-  const stat = readFileSync('/proc/self/stat', 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  const ticks = [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0);
-  return ticks * 10; // USER_HZ is 100 on Linux
+export interface PassTiming {
+  wallMs: number;
+  cpuMs: number;
+  drifted: number;
 }
 
-async function onePass(
-  manager: SidecarCaptureManager,
-  netns: readonly string[],
-): Promise<{ wallMs: number; cpuMs: number; drifted: number }> {
+/** One pass: `check` on each item in turn (as the agent does), true when it found drift. */
+export async function timePass<T>(items: readonly T[], check: (item: T, index: number) => Promise<boolean>): Promise<PassTiming> {
   const cpu0 = cpuMs();
   const start = process.hrtime.bigint();
   let drifted = 0;
-  for (const [i, path] of netns.entries()) {
-    if ((await manager.inspect(pod(i), path, ['10.1.0.5'])).length > 0) drifted++;
-  }
+  for (const [i, item] of items.entries()) if (await check(item, i)) drifted++;
   return { wallMs: Number(process.hrtime.bigint() - start) / 1e6, cpuMs: cpuMs() - cpu0, drifted };
+}
+
+/** A warm-up pass, then `passes` timed ones, summarised. */
+export async function measurePasses(
+  backend: string,
+  pods: number,
+  passes: number,
+  pass: () => Promise<PassTiming>,
+): Promise<VerifyPassSample> {
+  await pass();
+  const runs: PassTiming[] = [];
+  for (let i = 0; i < passes; i++) runs.push(await pass());
+  const cpuMedianMs = median(runs.map((r) => r.cpuMs));
+  return {
+    backend,
+    pods,
+    passes,
+    wallMedianMs: median(runs.map((r) => r.wallMs)),
+    cpuMedianMs,
+    corePercentAtInterval: (cpuMedianMs / INTERVAL_MS) * 100,
+    drifted: Math.max(...runs.map((r) => r.drifted)),
+  };
+}
+
+function onePass(manager: SidecarCaptureManager, netns: readonly string[]): Promise<PassTiming> {
+  return timePass(netns, async (path, i) => (await manager.inspect(pod(i), path, ['10.1.0.5'])).length > 0);
 }
 
 export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPassSample[]> {
@@ -98,19 +117,8 @@ export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPas
         await manager.apply(pod(i), ns.path, ['10.1.0.5/24']);
       }
       const paths = namespaces.map((n) => n.path);
-      await onePass(manager, paths); // warm-up: the plan's canonical form is cached from here on
-      const runs: { wallMs: number; cpuMs: number; drifted: number }[] = [];
-      for (let i = 0; i < passes; i++) runs.push(await onePass(manager, paths));
-      const cpuMedianMs = median(runs.map((r) => r.cpuMs));
-      samples.push({
-        backend: b.name,
-        pods,
-        passes,
-        wallMedianMs: median(runs.map((r) => r.wallMs)),
-        cpuMedianMs,
-        corePercentAtInterval: (cpuMedianMs / INTERVAL_MS) * 100,
-        drifted: Math.max(...runs.map((r) => r.drifted)),
-      });
+      // The warm-up pass caches the plan's canonical form.
+      samples.push(await measurePasses(b.name, pods, passes, () => onePass(manager, paths)));
     } finally {
       for (const ns of namespaces) ns.remove();
     }
@@ -118,8 +126,8 @@ export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPas
   return samples;
 }
 
-export function printVerifyPass(samples: readonly VerifyPassSample[]): void {
-  console.log(`\n## Continuous verification: one pass over ${samples[0]?.pods ?? 0} sidecar pods (agent code, real netns)\n`);
+export function printVerifyPass(kind: 'sidecar' | 'ambient', samples: readonly VerifyPassSample[]): void {
+  console.log(`\n## Continuous verification: one pass over ${samples[0]?.pods ?? 0} ${kind} pods (agent code, real netns)\n`);
   console.log('| backend | passes | wall median ms | CPU median ms (incl. commands) | share of one core at 60 s | drift found |');
   console.log('|---|---:|---:|---:|---:|---:|');
   for (const s of samples) {
@@ -130,5 +138,5 @@ export function printVerifyPass(samples: readonly VerifyPassSample[]): void {
 }
 
 if (import.meta.main) {
-  printVerifyPass(await benchVerifyPass(Number(process.env.PODS ?? 110), Number(process.env.PASSES ?? 5)));
+  printVerifyPass('sidecar', await benchVerifyPass(Number(process.env.PODS ?? 110), Number(process.env.PASSES ?? 5)));
 }
