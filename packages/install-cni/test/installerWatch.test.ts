@@ -61,6 +61,13 @@ describe('kubeconfig (inputs.md §5.8)', () => {
     assert.equal((await readFile(s.path, 'utf8')).trim(), (await golden('kubeconfig-tls')).trim());
     assert.equal((await stat(s.path)).mode & 0o777, 0o600);
   });
+  it('creates the run dir it writes into (the first pass starts before the servers make it)', async (t) => {
+    const s = await setup(t);
+    const path = join(s.dir, 'var/run/istio-cni/istio-cni-kubeconfig');
+    assert.equal(await writeKubeconfig({ ...base, ...s, path, k8sServiceHost: '10.96.0.1' }), true);
+    assert.equal((await readFile(path, 'utf8')).trim(), (await golden('kubeconfig-tls')).trim());
+    assert.equal((await stat(join(s.dir, 'var/run/istio-cni'))).mode & 0o777, 0o750);
+  });
   it('replace: host change rewrites, same input does not', async (t) => {
     const s = await setup(t);
     assert.equal(await writeKubeconfig({ ...base, ...s, k8sServiceHost: '10.96.0.1' }), true);

@@ -8,6 +8,7 @@ import {
   MAX_REQUEST_BYTES,
   MIN_PROTOCOL,
   PROTOCOL,
+  RUN_DIR_MODE,
   ProtocolError,
   isSupportedProtocol,
   parseHandoffRequest,
@@ -123,7 +124,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, opts: HandoffSer
  * process, running as root, talks to it (docs/architecture.md "Where we differ from upstream").
  */
 export async function startHandoffServer(opts: HandoffServerOptions): Promise<HandoffServer> {
-  await mkdir(dirname(opts.socketPath), { recursive: true, mode: 0o750 });
+  await mkdir(dirname(opts.socketPath), { recursive: true, mode: RUN_DIR_MODE });
   await rm(opts.socketPath, { force: true });
   const server: Server = createServer((req, res) => {
     serve(req, res, opts).catch((err: unknown) => {

@@ -1,6 +1,6 @@
 import { mkdir, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { PLUGIN_KUBECONFIG, runDirPath, type Logger } from '@istio-cni/handoff';
+import { PLUGIN_KUBECONFIG, RUN_DIR_MODE, runDirPath, type Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { Settings } from '../settings/settings.ts';
 import { checkValidCniConfig, type CheckState } from './checkValidCniConfig.ts';
@@ -267,7 +267,7 @@ export class Installer {
   async #saveVerified(stats: WriteStats): Promise<void> {
     const text = serializeVerifiedCopies(this.#verified);
     if (text === this.#verifiedSaved) return;
-    await mkdir(this.#s.cniAgentRunDir, { recursive: true });
+    await mkdir(this.#s.cniAgentRunDir, { recursive: true, mode: RUN_DIR_MODE });
     await atomicWrite(this.#verifiedCopiesPath, text, 0o600);
     recordWrite(stats, this.#verifiedCopiesPath, text);
     this.#verifiedSaved = text;

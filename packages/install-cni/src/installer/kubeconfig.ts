@@ -1,7 +1,8 @@
 import { isIP } from 'node:net';
-import { readFile, stat } from 'node:fs/promises';
+import { mkdir, readFile, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import YAML from 'yaml';
-import type { Logger } from '@istio-cni/handoff';
+import { RUN_DIR_MODE, type Logger } from '@istio-cni/handoff';
 import { atomicWrite, removeStaleTemps } from './atomicWrite.ts';
 import { recordWrite, type WriteStats } from './writeStats.ts';
 
@@ -80,6 +81,8 @@ export async function writeKubeconfig(o: WriteKubeconfigOptions): Promise<boolea
   } catch {
     // Missing or unreadable: write it.
   }
+  // The first pass starts before the daemon's servers have created the run dir.
+  await mkdir(dirname(o.path), { recursive: true, mode: RUN_DIR_MODE });
   await atomicWrite(o.path, text, o.mode);
   recordWrite(o.stats, o.path, text);
   o.logger?.info('wrote kubeconfig', { path: o.path, kubeconfig: buildKubeconfig(input, true) });

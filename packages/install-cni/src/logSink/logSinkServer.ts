@@ -1,7 +1,7 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage } from 'node:http';
 import { dirname } from 'node:path';
-import { isLogLevel, type LogLevel, type LogThreshold } from '@istio-cni/handoff';
+import { isLogLevel, RUN_DIR_MODE, type LogLevel, type LogThreshold } from '@istio-cni/handoff';
 
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 const RANK: Record<LogThreshold, number> = { debug: 0, info: 1, warn: 2, error: 3, none: 4 };
@@ -81,7 +81,7 @@ export function processLogBatch(body: string, o: Pick<LogSinkOptions, 'sink' | '
 
 /** The plugin log sink on `<run>/log.sock` (HTTP over a unix socket, mode 0600). */
 export async function startLogSinkServer(o: LogSinkOptions): Promise<LogSinkServer> {
-  await mkdir(dirname(o.socketPath), { recursive: true, mode: 0o750 });
+  await mkdir(dirname(o.socketPath), { recursive: true, mode: RUN_DIR_MODE });
   await rm(o.socketPath, { force: true });
   const server = createServer((req, res) => {
     if (req.method !== 'POST' || (req.url ?? '').split('?')[0] !== '/log') {
