@@ -89,6 +89,9 @@ export async function benchVerifyAmbientPass(pods = 110, passes = 5): Promise<Ve
         sets,
         ztunnel: { hasPod: () => true, podAdded: async () => undefined },
         annotator: { annotate: async () => undefined },
+        enrol: async (pod) => {
+          throw new Error(`every pod is enrolled by the bench: ${pod.metadata.name} was not`);
+        },
         ...(b.generations ? { nftGenerations: createNftGenerationReader() } : {}),
         now: () => clock,
       });

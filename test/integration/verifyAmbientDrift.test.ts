@@ -70,6 +70,7 @@ for (const backend of backends)
     let rig: AmbientRig;
     let ztunnel: FakeZtunnel;
     let pod: PodSandbox;
+    let stale: PodSandbox | undefined;
 
     const metric = async (kind: string, action: string): Promise<number> => {
       const { body } = await rig.get('metrics', '/metrics');
@@ -90,7 +91,10 @@ for (const backend of backends)
       rig = await startAmbientRig(node.netns.path, { VERIFY_INTERVAL: '1s', ...backend.env });
       await rig.startDaemon();
       rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
-      ztunnel = await startFakeZtunnel({ path: rig.ztunnelPath, expectedNetns: (uid) => (uid === pod?.uid ? pod.netns.path : undefined) });
+      ztunnel = await startFakeZtunnel({
+        path: rig.ztunnelPath,
+        expectedNetns: (uid) => [pod, stale].find((p) => p?.uid === uid)?.netns.path,
+      });
       await ztunnel.waitFor(() => ztunnel.snapshots[0] === 1, 'the first snapshot');
       pod = await node.addPod(NS, 'app-0', 0);
       rig.api.upsertPod(ambientPodObject(pod));
@@ -102,6 +106,7 @@ for (const backend of backends)
       );
     });
     after(async () => {
+      await stale?.remove();
       ztunnel?.close();
       await rig?.close();
       await node?.remove();
@@ -138,5 +143,31 @@ for (const backend of backends)
       assert.equal(resent.length, 1, 'sent once more, outside the snapshot');
       assert.deepEqual(ztunnel.fdProblems, []);
       assert.equal(await metric('ztunnel', 'repaired'), 1);
+    });
+
+    it('a pod annotated as enrolled whose ADD never reached the agent (a reboot in a chain rewrite) is found by IP and enrolled (not_enrolled, repaired)', async () => {
+      stale = await node.addPod(NS, 'app-1', 1);
+      const object = ambientPodObject(stale);
+      object.metadata.annotations = { 'ambient.istio.io/redirection': 'enabled' };
+      rig.api.upsertPod(object);
+      const line = await rig.daemon.waitForLog(
+        (e) =>
+          e.msg === 'pod drifted from its plan' && e.pod === `${NS}/${stale?.name}` && JSON.stringify(e.drift).includes('"not_enrolled"'),
+        30_000,
+      );
+      assert.equal(line.action, 'repaired', JSON.stringify(line));
+      assert.ok(inNetns(stale.netns.path, ['true']));
+      assert.equal(
+        await netnsRuleset(stale.netns.path),
+        await netnsRuleset(pod.netns.path),
+        'the same in-pod rules as a pod enrolled at ADD',
+      );
+      assert.deepEqual(
+        (await probeSetEntries(node.netns.path, backend.sets)).filter((e) => e.uid === stale?.uid),
+        [{ ip: stale.ip, uid: stale.uid }],
+      );
+      assert.equal(ztunnel.adds.filter((a) => a.uid === stale?.uid).length, 1, 'ztunnel was given its netns');
+      assert.deepEqual(ztunnel.fdProblems, []);
+      assert.equal(await metric('not_enrolled', 'repaired'), 1);
     });
   });

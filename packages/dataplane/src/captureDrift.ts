@@ -5,7 +5,15 @@ import { isIstioChain, type IptablesState, ownedRules } from './iptablesState.ts
  * What continuous verification can find wrong with a pod. The rule kinds come from comparing a
  * pod's netns with its plan (this module); the enrolment kinds from the ambient checks.
  */
-export type DriftKind = 'rules_missing' | 'rules_changed' | 'unexpected_rules' | 'probe_set' | 'ztunnel' | 'annotation';
+export type DriftKind =
+  | 'rules_missing'
+  | 'rules_changed'
+  | 'unexpected_rules'
+  | 'probe_set'
+  | 'ztunnel'
+  | 'annotation'
+  /** An ambient pod that should be enrolled (or says it is) whose netns this agent does not hold. */
+  | 'not_enrolled';
 
 export interface Drift {
   kind: DriftKind;

@@ -46,7 +46,9 @@ function pod(
 
 const ns = (name: string, labels: Record<string, string> = {}): Namespace => ({ metadata: { name, labels } });
 
-function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string[] } = {}) {
+function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string[]; held?: string[] } = {}) {
+  /** UIDs whose netns the dataplane holds: enrolled through it (or given, as a running agent would). */
+  const held = new Set(opts.held ?? []);
   const pods = new ObjectStore<Pod>();
   const namespaces = new ObjectStore<Namespace>();
   const calls: Call[] = [];
@@ -58,6 +60,7 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
       calls.push({ op: 'add', pod: p.metadata.name ?? '', ips });
       const f = addFailures.shift();
       if (f) throw f;
+      held.add(p.metadata.uid ?? '');
       // The real dataplane annotates through the API; the watch brings the update back.
       pods.upsert({
         ...p,
@@ -74,12 +77,14 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
       });
       const f = removeFailures.shift();
       if (f) throw f;
+      held.delete(p.metadata.uid ?? '');
       const current = pods.get(p.metadata.namespace, p.metadata.name ?? '');
       if (current && !isDelete) pods.upsert({ ...current, metadata: { ...current.metadata, annotations: {} } });
     },
     async syncPodIps(p, ips) {
       calls.push({ op: 'sync', pod: p.metadata.name ?? '', ips });
     },
+    holdsNetns: (uid) => held.has(uid),
   };
   const view: ClusterView = {
     getPod: (n, name) => pods.get(n, name),
@@ -206,7 +211,7 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
   });
 
   it('ignores stale update events for a pod already enrolled', async () => {
-    const h = setup();
+    const h = setup({ held: ['uid-web'] });
     h.namespaces.upsert(ns('default', AMBIENT));
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
     h.reconciler.start();
@@ -232,7 +237,7 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
   });
 
   it('re-asserts the probe set only when an enrolled pod changes IPs', async () => {
-    const h = setup();
+    const h = setup({ held: ['uid-web'] });
     h.namespaces.upsert(ns('default', AMBIENT));
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
     h.reconciler.start();
@@ -242,6 +247,33 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     h.pods.upsert(pod('web', { ips: ['10.0.0.6'], annotation: 'enabled' }));
     await h.settle();
     assert.deepEqual(h.calls, [{ op: 'sync', pod: 'web', ips: ['10.0.0.6'] }]);
+  });
+
+  it('enrols again a pod annotated as enrolled whose netns it does not hold (a reboot), on its next update', async () => {
+    const h = setup();
+    h.namespaces.upsert(ns('default', AMBIENT));
+    h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
+    h.reconciler.start();
+    h.reconciler.resyncAll();
+    await h.settle();
+    assert.deepEqual(h.calls, [], 'the start-up pass has just looked for its netns: no second scan per pod');
+    h.pods.upsert(pod('web', { ips: ['10.0.0.7'], annotation: 'enabled' }));
+    await h.settle();
+    assert.deepEqual(h.calls, [{ op: 'add', pod: 'web', ips: ['10.0.0.7'] }]);
+    h.pods.upsert(pod('web', { ips: ['10.0.0.7'], annotation: 'enabled', phase: 'Running' }));
+    await h.settle();
+    assert.equal(h.calls.length, 1, 'held from then on: nothing more');
+  });
+
+  it('does not enrol again a pod being deleted, whatever its annotation says', async () => {
+    const h = setup();
+    h.namespaces.upsert(ns('default', AMBIENT));
+    const deleting = pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' });
+    h.pods.upsert(deleting);
+    h.reconciler.start();
+    h.pods.upsert({ ...deleting, metadata: { ...deleting.metadata, deletionTimestamp: '2026-12-02T00:00:00Z' } });
+    await h.settle();
+    assert.deepEqual(h.calls, []);
   });
 
   describe('excluded namespaces', () => {

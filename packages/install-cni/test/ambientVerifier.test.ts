@@ -66,6 +66,7 @@ function harness(
     annotator: {
       annotate: async (ns, name, key, value) => void calls.push(`annotate ${ns}/${name} ${key}=${value}`),
     },
+    enrol: async (p, ips) => void calls.push(`enrol ${p.metadata.name} ${ips.join(',')}`),
     ...(opts.generation === undefined ? {} : { nftGenerations: { read: opts.generation } }),
     podRules: {
       inspect: async (path) => {
@@ -152,11 +153,12 @@ describe('ambient verifier', () => {
     assert.deepEqual(h.calls, ['annotate default/web ambient.istio.io/redirection=null']);
   });
 
-  it('legitimate changes are skipped: deletion, deselection in progress, enrolment in progress', async () => {
+  it('legitimate changes are skipped: deletion, deselection in progress, no IP yet', async () => {
+    const noIp: Pod = { ...pod('web', { annotation: 'pending' }), status: { phase: 'Pending' } };
     const cases: [Pod, string[], RegExp][] = [
       [pod('web', { annotation: 'enabled', deleting: true }), ['uid-web'], /being deleted/],
       [pod('web', { labels: {}, annotation: 'enabled' }), ['uid-web'], /informers remove it/],
-      [pod('web', { annotation: 'pending' }), [], /informers enrol it/],
+      [noIp, [], /no IP yet/],
     ];
     for (const [p, enrolled, reason] of cases) {
       const h = harness([p], { enrolled });
@@ -164,6 +166,23 @@ describe('ambient verifier', () => {
       assert.equal(out.status, 'skipped');
       assert.match(out.status === 'skipped' ? out.reason : '', reason);
       assert.deepEqual(h.calls, []);
+    }
+  });
+
+  it('a pod annotated as enrolled whose netns the agent does not hold (a reboot) is enrolled by its IPs, not trusted', async () => {
+    for (const annotation of ['enabled', 'pending', undefined]) {
+      const h = harness([pod('web', annotation === undefined ? {} : { annotation })], { enrolled: [] });
+      const out = await verifyOnly(h);
+      assert.ok(out.status === 'drift' && out.repair, JSON.stringify(out));
+      assert.deepEqual(
+        out.drift.map((d) => d.kind),
+        ['not_enrolled'],
+      );
+      assert.match(out.drift[0]?.detail ?? '', annotation === undefined ? /selected for ambient/ : new RegExp(`"${annotation}"`));
+      assert.notEqual(out.confirm, false, 'the enrolment is checked again in full after the repair');
+      assert.deepEqual(h.calls, [], 'nothing read or written before the repair');
+      await out.repair();
+      assert.deepEqual(h.calls, ['enrol web 10.0.0.5']);
     }
   });
 

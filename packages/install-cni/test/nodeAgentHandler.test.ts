@@ -365,6 +365,7 @@ describe('ambient ADD', () => {
         },
         async removePodFromMesh() {},
         async syncPodIps() {},
+        holdsNetns: () => false,
       },
     };
     return { h, adds };

@@ -27,7 +27,10 @@ const pod: Pod = {
 };
 
 /** Fakes for everything the dataplane talks to, each keeping what a real one would hold. */
-function setup(failures: { annotation?: number; probeSet?: number }) {
+function setup(
+  failures: { annotation?: number; probeSet?: number },
+  owns: (netns: NetnsHandle, ips: readonly string[]) => boolean = () => true,
+) {
   const netnsHandles: NetnsHandle[] = [];
   const probeSet = new Map<string, string>();
   const ztunnelKnows = new Set<string>();
@@ -97,7 +100,7 @@ function setup(failures: { annotation?: number; probeSet?: number }) {
         async findNetnsForPods(pods) {
           const netns = createNetnsHandle({
             fd: 900 + netnsHandles.length,
-            inode: 4242,
+            inode: 4242 + netnsHandles.length,
             source: 'fake',
             path: '/proc/1234/fd/7',
             release: () => {},
@@ -107,6 +110,7 @@ function setup(failures: { annotation?: number; probeSet?: number }) {
         },
       };
     },
+    checkOwnership: async (netns, ips) => owns(netns, ips),
     netnsGuard: {
       openCniNetns: () => assert.fail('the procfs path is used'),
       check: () => {},
@@ -158,6 +162,31 @@ describe('ambient enrolment that cannot annotate the pod', () => {
     await addPod.addPodToMesh(pod, IPS, undefined);
     assert.deepEqual([...s.ztunnelKnows], [UID]);
     assert.deepEqual([...realSets], [[IPS[0], UID]]);
+    assert.equal(s.annotation(), 'enabled');
+  });
+});
+
+describe('ambient enrolment of a pod whose IPs changed', () => {
+  it('keeps the held netns and adds the new IPs when that netns carries them', async () => {
+    const s = setup({});
+    await s.dataplane.addPodToMesh(pod, IPS, undefined);
+    await s.dataplane.syncPodIps(pod, ['10.100.0.9']);
+    assert.equal(s.netnsHandles.length, 1, 'no new lookup');
+    assert.equal(s.cache.get(UID), s.netnsHandles[0]);
+    assert.deepEqual(s.ztunnelLog, [`add:${UID}`]);
+    assert.equal(s.probeSet.get('10.100.0.9'), UID);
+  });
+
+  it('enrols the new netns when the held one no longer carries them (sandbox re-created behind the agent)', async () => {
+    const s = setup({}, (netns, ips) => netns !== s.netnsHandles[0] || ips.includes(IPS[0] as string));
+    await s.dataplane.addPodToMesh(pod, IPS, undefined);
+    assert.equal(s.dataplane.holdsNetns(UID), true);
+    const moved = ['10.100.0.9'];
+    await s.dataplane.syncPodIps({ ...pod, status: { phase: 'Running', podIP: '10.100.0.9', podIPs: [{ ip: '10.100.0.9' }] } }, moved);
+    assert.equal(s.netnsHandles[0]?.closed, true, 'the old netns is released');
+    assert.equal(s.cache.get(UID), s.netnsHandles[1], 'the one found by the new IPs is held');
+    assert.deepEqual(s.ztunnelLog, [`add:${UID}`, `del:${UID}`, `add:${UID}`], 'ztunnel is given the new netns');
+    assert.equal(s.probeSet.get('10.100.0.9'), UID);
     assert.equal(s.annotation(), 'enabled');
   });
 });

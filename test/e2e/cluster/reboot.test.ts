@@ -285,15 +285,11 @@ describe('a node rebooted without drain', { timeout: 1_200_000 }, () => {
 
   it('profile=ambient, a primary CNI rewriting its conflist without istio-cni as the node boots: every pod ends captured or enrolled within 60 s of the agent being Ready', {
     timeout: 600_000,
-    // Known gap, reported rather than failing the suite until it is closed: when the agent is Ready
-    // before kubelet re-creates the ambient pods' sandboxes and the primary's rewrite leaves
-    // istio-cni out of the chain for those ADDs, the start-up reconciliation finds no netns (the
-    // sandboxes are not there yet) and the verifier, which has no netns on record for the pods after
-    // the reboot, reports them ("could not be verified") instead of finding their netns by IP and
-    // enrolling them: they stay annotated without in-pod rules. Seen once in three runs (agent Ready
-    // 5.2 s after the reboot; the passing runs had it Ready after 20-25 s). docs/architecture.md
-    // "Reboot without drain".
-    todo: 'ambient pods re-created without istio-cni after the start-up reconciliation are reported, not enrolled',
+    // Whichever comes first after the reboot, the agent or the sandboxes: when the agent is Ready
+    // before kubelet re-creates the ambient pods' sandboxes, their ADDs run in the rewrite's window
+    // without istio-cni, the start-up reconciliation finds no netns, and the pods still carry the
+    // annotation from before; the status update of the new sandbox (or the verifier) finds each
+    // netns by the pod's IPs and enrols it (docs/architecture.md "Reboot without drain").
   }, async (t) => {
     // Sidecar pods as istiod injects them with the CNI: with istio-validation, which is how a
     // sandbox set up without istio-cni is noticed (the repair controller acts on its exit 126).

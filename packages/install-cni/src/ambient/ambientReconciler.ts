@@ -88,8 +88,17 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       await dataplane.removePodFromMesh(event.old ?? current, true);
       return;
     }
-    if (enrolled && should && !terminal && event.old !== undefined) {
-      const ips = podIps(current);
+    const ips = podIps(current);
+    if ((enrolled || pending) && should && !terminal && event.old !== undefined && ips.length > 0) {
+      if (!current.metadata.deletionTimestamp && !dataplane.holdsNetns(current.metadata.uid ?? '')) {
+        // The annotation outlived what it describes: a reboot, or a sandbox re-created by an ADD
+        // that did not reach this agent (istio-cni missing from the chain). Trusting it would leave
+        // the pod looking meshed while uncaptured (docs/architecture.md "Reboot without drain").
+        plog.warn('pod is annotated as enrolled but this agent holds no network namespace for it; enrolling it again', {
+          annotation: state,
+        });
+        return enrol(current, ips, plog);
+      }
       if (!sameIps(podIps(event.old), ips)) await dataplane.syncPodIps(current, ips);
     }
     if ((enrolled === should && !pending) || terminal) return;
@@ -98,11 +107,14 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       await dataplane.removePodFromMesh(current, false);
       return;
     }
-    const ips = podIps(current);
     if (ips.length === 0) {
       plog.debug('pod has no IP yet; enrolment waits for one');
       return;
     }
+    return enrol(current, ips, plog);
+  }
+
+  async function enrol(current: Pod, ips: readonly string[], plog: Logger): Promise<void> {
     try {
       await dataplane.addPodToMesh(current, ips, undefined);
       plog.info('pod enrolled in ambient mode');

@@ -34,6 +34,8 @@ export interface AmbientVerifierDeps {
   sets: Pick<ProbeSetManager, 'list' | 'addPod'>;
   ztunnel: Pick<ZtunnelServer, 'hasPod' | 'podAdded'>;
   annotator: PodAnnotator;
+  /** Enrols a pod whose netns the agent does not hold, finding it by the pod's IPs (`addPodToMesh` without a netns path). */
+  enrol(pod: Pod, ips: readonly string[]): Promise<void>;
   /** In-pod rules: compared and re-applied through the pod's netns (default: the real dataplane). */
   podRules?: AmbientPodRulesAccess;
   /** Skips reading in-pod rules while the netns's nf_tables generation has not moved (as for sidecar pods). */
@@ -50,7 +52,7 @@ export interface AmbientPodRulesAccess {
 }
 
 export interface AmbientVerifier {
-  /** Ambient pods to check: those this agent enrolled, and any other carrying the redirection annotation. */
+  /** Ambient pods to check: those this agent enrolled, any other selected for ambient or carrying the redirection annotation. */
   targets(): VerificationTarget[];
   verify(target: VerificationTarget): Promise<VerifyOutcome>;
 }
@@ -100,7 +102,11 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     return deps.view
       .listPods()
       .filter(
-        (p) => !isZtunnelPod(p, deps.policy.systemNamespace) && (deps.cache.has(p.metadata.uid ?? '') || redirectionState(p) !== undefined),
+        (p) =>
+          !isZtunnelPod(p, deps.policy.systemNamespace) &&
+          (deps.cache.has(p.metadata.uid ?? '') ||
+            redirectionState(p) !== undefined ||
+            shouldBeEnrolled(p, deps.view.getNamespace(p.metadata.namespace ?? ''), deps.policy)),
       );
   }
 
@@ -109,11 +115,10 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     if (pod.metadata.deletionTimestamp) return { status: 'skipped', reason: 'pod is being deleted' };
     if (isTerminal(pod)) return { status: 'skipped', reason: 'pod has terminated' };
     const should = shouldBeEnrolled(pod, deps.view.getNamespace(pod.metadata.namespace ?? ''), deps.policy);
-    const enrolledHere = deps.cache.has(uid);
     const annotation = pod.metadata.annotations?.[REDIRECTION_ANNOTATION];
     if (!should) {
       // Still enrolled here: the informers are removing it. Otherwise the annotation outlived enrolment.
-      if (enrolledHere) return { status: 'skipped', reason: 'no longer selected for ambient; the informers remove it' };
+      if (deps.cache.has(uid)) return { status: 'skipped', reason: 'no longer selected for ambient; the informers remove it' };
       const drift = compareAmbientEnrolment(false, { probeSetIps: [], annotation, ztunnelHasPod: undefined }, []);
       if (drift.length === 0) return { status: 'ok' };
       return {
@@ -123,13 +128,21 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
         repair: () => deps.annotator.annotate(pod.metadata.namespace ?? '', pod.metadata.name ?? '', REDIRECTION_ANNOTATION, null),
       };
     }
-    if (!enrolledHere) return { status: 'skipped', reason: 'selected for ambient but not enrolled yet; the informers enrol it' };
+    const ips = podIps(pod);
     const netns = deps.cache.get(uid);
-    if (netns === undefined || netns.closed) return { status: 'unverifiable', error: 'network namespace of the pod unknown' };
+    if (netns === undefined || netns.closed) {
+      // No IP: no sandbox with a network yet, the ADD (or the informers once it has one) enrols it.
+      if (ips.length === 0) return { status: 'skipped', reason: 'selected for ambient; no IP yet' };
+      // After a reboot or an ADD that did not reach this agent: the annotation alone proves nothing.
+      const detail =
+        annotation === undefined
+          ? 'selected for ambient, but this agent holds no network namespace for it'
+          : `redirection annotation is ${JSON.stringify(annotation)}, but this agent holds no network namespace for it`;
+      return { status: 'drift', drift: [{ kind: 'not_enrolled', detail }], repair: () => deps.enrol(pod, ips) };
+    }
 
     const { overrides } = ambientPodOverrides(pod);
     const plan = planAmbientPodRules(deps.config, deps.backend, overrides);
-    const ips = podIps(pod);
     let drift: Drift[];
     try {
       const key = `${uid}\0${netns.inode}`;

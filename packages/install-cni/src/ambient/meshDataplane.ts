@@ -23,8 +23,14 @@ export interface MeshDataplane {
   addPodToMesh(pod: Pod, ips: readonly string[], netnsPath: string | undefined): Promise<void>;
   /** `isDelete`: the pod is gone, so its netns is too (in-pod rules are not touched). */
   removePodFromMesh(pod: Pod, isDelete: boolean): Promise<void>;
-  /** Re-asserts the host probe-set entries of an enrolled pod whose IPs changed. */
+  /**
+   * Follows an enrolled pod whose IPs changed: re-asserts its host probe-set entries, and when the
+   * network namespace held for it no longer carries those IPs (its sandbox was re-created by an ADD
+   * that did not reach this agent), enrols the pod's new netns instead.
+   */
   syncPodIps(pod: Pod, ips: readonly string[]): Promise<void>;
+  /** Whether this agent holds an open network namespace for the pod (enrolled here, not only known). */
+  holdsNetns(uid: string): boolean;
 }
 
 export function redirectionState(pod: Pod): RedirectionState | undefined {

@@ -6,6 +6,7 @@ import {
   type AmbientRuleBackend,
   type AmbientRulesDeps,
   type NetnsHandle,
+  type NetnsOwnershipCheck,
   type PodNetnsCache,
   type PodNetnsGuard,
   type PodNetnsProcFinder,
@@ -25,6 +26,8 @@ export interface NodeMeshDataplaneDeps {
   cache: PodNetnsCache;
   /** Finds netns for pods enrolled by the informer (no CNI path): as upstream `podcgroupns_linux.go`. */
   finder(): Promise<PodNetnsProcFinder>;
+  /** Whether a netns carries one of the pod's IPs (`ip addr` inside it): a held netns still the pod's. */
+  checkOwnership: NetnsOwnershipCheck;
   /**
    * Opens CNI netns paths under the host root (`/host` in the DaemonSet, where the host's /var/run
    * is mounted) and refuses the node's own netns, on both the CNI and the procfs path.
@@ -92,7 +95,7 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
     log.info('enrolment rolled back; the ADD is to be retried');
   }
 
-  return {
+  const dataplane: MeshDataplane = {
     async addPodToMesh(pod, ips, netnsPath) {
       const uid = pod.metadata.uid ?? '';
       const log = logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` });
@@ -177,7 +180,24 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
     },
 
     async syncPodIps(pod, ips) {
-      await deps.sets.addPod(pod.metadata.uid ?? '', ips);
+      const uid = pod.metadata.uid ?? '';
+      const held = cache.get(uid);
+      if (held !== undefined && !held.closed && !(await deps.checkOwnership(held, ips).catch(() => true))) {
+        const log = logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` });
+        log.warn('pod IPs moved to a network namespace this agent has not seen (sandbox re-created without it); enrolling that one', {
+          ips,
+        });
+        cache.take(uid)?.close();
+        await deps.ztunnel.podDeleted(uid);
+        return dataplane.addPodToMesh(pod, ips, undefined);
+      }
+      await deps.sets.addPod(uid, ips);
+    },
+
+    holdsNetns(uid) {
+      const held = cache.get(uid);
+      return held !== undefined && !held.closed;
     },
   };
+  return dataplane;
 }

@@ -157,10 +157,11 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
   });
 
   let finder: Promise<PodNetnsProcFinder> | undefined;
+  const checkOwnership = createNetnsOwnershipCheck(runner);
   const getFinder = () =>
     (finder ??= createPodNetnsProcFinder({
       procFs,
-      checkOwnership: createNetnsOwnershipCheck(runner),
+      checkOwnership,
       log: (level, msg) => log[level](msg),
       ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
     }));
@@ -170,6 +171,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     config,
     cache,
     finder: getFinder,
+    checkOwnership,
     netnsGuard,
     sets,
     ztunnel,
@@ -244,6 +246,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       sets,
       ztunnel,
       annotator: o.annotator,
+      enrol: (pod, ips) => dataplane.addPodToMesh(pod, ips, undefined),
       nftGenerations: createNftGenerationReader(),
     }),
     ztunnelConnections: () => ztunnel.connectionCount(),
