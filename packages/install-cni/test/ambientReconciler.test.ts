@@ -249,20 +249,20 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     assert.deepEqual(h.calls, [{ op: 'sync', pod: 'web', ips: ['10.0.0.6'] }]);
   });
 
-  it('enrols again a pod annotated as enrolled whose netns it does not hold (a reboot), on its next update', async () => {
-    const h = setup();
+  it('enrols again a pod annotated as enrolled whose netns it does not hold (a reboot): at the start-up resync and on its updates', async () => {
+    const h = setup({ failAdd: [new NonRetryableError('failed to open the pod\'s network namespace: no process of the pod found')] });
     h.namespaces.upsert(ns('default', AMBIENT));
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
     h.reconciler.start();
     h.reconciler.resyncAll();
     await h.settle();
-    assert.deepEqual(h.calls, [], 'the start-up pass has just looked for its netns: no second scan per pod');
+    assert.deepEqual(h.calls, [{ op: 'add', pod: 'web', ips: ['10.0.0.5'] }], 'its sandbox is not back yet: one attempt');
     h.pods.upsert(pod('web', { ips: ['10.0.0.7'], annotation: 'enabled' }));
     await h.settle();
-    assert.deepEqual(h.calls, [{ op: 'add', pod: 'web', ips: ['10.0.0.7'] }]);
+    assert.deepEqual(h.calls.slice(1), [{ op: 'add', pod: 'web', ips: ['10.0.0.7'] }], "the new sandbox's status update enrols it");
     h.pods.upsert(pod('web', { ips: ['10.0.0.7'], annotation: 'enabled', phase: 'Running' }));
     await h.settle();
-    assert.equal(h.calls.length, 1, 'held from then on: nothing more');
+    assert.equal(h.calls.length, 2, 'held from then on: nothing more');
   });
 
   it('does not enrol again a pod being deleted, whatever its annotation says', async () => {

@@ -89,7 +89,9 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
       return;
     }
     const ips = podIps(current);
-    if ((enrolled || pending) && should && !terminal && event.old !== undefined && ips.length > 0) {
+    if ((enrolled || pending) && should && !terminal && ips.length > 0) {
+      // The start-up resync too: a pod whose sandbox came back while the start-up reconciliation
+      // scanned /proc has had its status update before these handlers were registered.
       if (!current.metadata.deletionTimestamp && !dataplane.holdsNetns(current.metadata.uid ?? '')) {
         // The annotation outlived what it describes: a reboot, or a sandbox re-created by an ADD
         // that did not reach this agent (istio-cni missing from the chain). Trusting it would leave
@@ -99,7 +101,7 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
         });
         return enrol(current, ips, plog);
       }
-      if (!sameIps(podIps(event.old), ips)) await dataplane.syncPodIps(current, ips);
+      if (event.old !== undefined && !sameIps(podIps(event.old), ips)) await dataplane.syncPodIps(current, ips);
     }
     if ((enrolled === should && !pending) || terminal) return;
     if (!should) {
