@@ -250,7 +250,7 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
   });
 
   it('enrols again a pod annotated as enrolled whose netns it does not hold (a reboot): at the start-up resync and on its updates', async () => {
-    const h = setup({ failAdd: [new NonRetryableError('failed to open the pod\'s network namespace: no process of the pod found')] });
+    const h = setup({ failAdd: [new NonRetryableError("failed to open the pod's network namespace: no process of the pod found")] });
     h.namespaces.upsert(ns('default', AMBIENT));
     h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
     h.reconciler.start();
