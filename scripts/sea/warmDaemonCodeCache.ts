@@ -3,19 +3,20 @@
  * flags) as a daemon on a scratch node until `/readyz` answers 200 and its pod informer is watching
  * — plugin copied, kubeconfig and CNI config written, servers listening, the agent's and the repair
  * controller's informer synced from a stand-in API server (one pod of this node, outside the mesh)
- * — then stops it with SIGTERM (cleanup included) and keeps the code cache V8 has at exit. Each
- * start then finds the functions of that path compiled; SEA's own code cache, made before anything
- * runs, has only the bundle's top level.
+ * — then updates that pod, lets the daemon settle, and takes the code cache V8 has then (SIGUSR2 to
+ * the warm-up runner), before stopping it. Each start then finds the functions of that path
+ * compiled; SEA's own code cache, made before anything runs, has only the bundle's top level.
  *
- * The stop point is an event, then a settle: the same paths run in every build (an API server that is
- * not there made the client's retry path run in some builds and not in others, so the cache's
- * bytes changed; see scripts/build.ts on reproducible builds). Stopping the moment /readyz first
- * answered 200 still gave a cache 168 bytes larger in about one build in five (the daemon's own
- * first writes set off a further pass the stop could land in); after a 1 s settle, 20 of 20 builds
- * were identical.
+ * Which functions have run must not depend on timing, or the cache's bytes change from build to
+ * build (see scripts/build.ts on reproducible builds). Found with V8's --log-function-events:
+ * an API server that is not there made the client's retry path run in some builds only; a
+ * handler registered while its informer was still listing saw the pod as an event or not (the
+ * update after start-up now runs every handler); the stop's own API requests (upgrade check)
+ * finished before exit or not (the cache is now taken before the stop); the daemon's first writes
+ * set off a further pass a stop could land in (the settle).
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -62,11 +63,12 @@ export async function warmDaemonCodeCache(
   const readinessPort = await freePort();
   const api = await startFakeKubeApi({ token: 'warm-up' });
   api.upsertNamespace({ metadata: { name: 'default' } });
-  api.upsertPod({
-    metadata: { name: 'warmup-0', namespace: 'default', uid: 'u', labels: { app: 'warmup' } },
+  const pod = (labels: Record<string, string>) => ({
+    metadata: { name: 'warmup-0', namespace: 'default', uid: 'u', labels },
     spec: { nodeName: NODE_NAME, containers: [{ name: 'app', image: 'app' }] },
     status: { phase: 'Running', podIP: '10.0.0.5', podIPs: [{ ip: '10.0.0.5' }] },
   });
+  api.upsertPod(pod({ app: 'warmup' }));
   const kubeconfig = join(root, 'kubeconfig');
   api.writeKubeconfig(kubeconfig);
   // The last things start-up logs, once the informer has listed (the repair controller's comes after).
@@ -109,9 +111,18 @@ export async function warmDaemonCodeCache(
       }
       await new Promise((r) => setTimeout(r, 20));
     }
-    // Let the passes the daemon's own first writes set off (its directory watches see them) run
-    // out before the stop, so the stop never lands in the middle of one.
+    // Whether an informer handler saw the pod as an event or in its first listing depends on which
+    // came first: an update after start-up runs every handler in every build.
+    api.upsertPod(pod({ app: 'warmup', warmed: 'true' }));
+    // Let the passes the daemon's own first writes set off (its directory watches see them) and the
+    // update's handlers run out before the cache is taken.
     await new Promise((r) => setTimeout(r, SETTLE_MS));
+    child.kill('SIGUSR2');
+    while (!existsSync(cacheFile)) {
+      if (child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`daemon code-cache warm-up wrote no cache (exit ${child.exitCode})`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
     child.kill('SIGTERM');
     const code = await closed;
     if (code !== 0) throw new Error(`daemon code-cache warm-up exited ${code}`);
