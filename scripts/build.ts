@@ -4,7 +4,8 @@
  *
  * - dist/istio-cni, the CNI plugin the runtime execs for every pod sandbox: Bun's compiler
  *   (`bun build --compile --bytecode`, Bun pinned as the npm package `bun`, run from its platform
- *   package `@oven/bun-linux-x64`): its start-up and memory are a third of a Node SEA's
+ *   package `@oven/bun-linux-x64`), compiled twice: the bytecode laid out in the order a first
+ *   build's runs against stand-ins used it. Its start-up and memory are a third of a Node SEA's
  *   (docs/decisions.md, "The plugin: Bun").
  * - dist/install-cni, the daemon: an esbuild bundle (CommonJS, the format SEA's main script needs)
  *   → sea-config → `node --experimental-sea-config` blob → stripped copy of the pinned node binary →
