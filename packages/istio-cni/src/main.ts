@@ -4,6 +4,7 @@ import { VERSION, createJsonLogger, parseLogThreshold } from '@istio-cni/handoff
 import { udsAgentClient } from './agentClient.ts';
 import { createPluginFuncs } from './commands.ts';
 import { LogForwarder } from './logForwarder.ts';
+import { writeStdio } from './stdio.ts';
 
 const ABOUT = `CNI plugin istio-cni ${VERSION}`;
 
@@ -28,14 +29,14 @@ function isPluginNetns(netns: string): boolean {
 
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
-    process.stdout.write(`${ABOUT}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+    writeStdio(1, `${ABOUT}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
     return;
   }
   const forwarder = new LogForwarder();
   const logger = createJsonLogger({
     scope: 'cni-plugin',
     sink: (line) => {
-      process.stderr.write(line + '\n');
+      writeStdio(2, line + '\n');
       forwarder.push(line);
     },
   });
@@ -54,14 +55,14 @@ async function main(): Promise<void> {
     },
   });
   const outcome = await dispatch(process.env, readStdin(), funcs, ABOUT, { isPluginNetns });
-  process.stdout.write(outcome.stdout);
-  if (outcome.stderr) process.stderr.write(outcome.stderr);
+  writeStdio(1, outcome.stdout);
+  if (outcome.stderr) writeStdio(2, outcome.stderr);
   await forwarder.flush();
   process.exitCode = outcome.exitCode;
 }
 
 function fail(msg: string): void {
-  process.stdout.write(JSON.stringify({ cniVersion: LATEST_VERSION, code: ErrorCode.Internal, msg }, null, 4) + '\n');
+  writeStdio(1, JSON.stringify({ cniVersion: LATEST_VERSION, code: ErrorCode.Internal, msg }, null, 4) + '\n');
   process.exitCode = 1;
 }
 
