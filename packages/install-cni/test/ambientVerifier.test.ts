@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ambientConfigFromOptions, type Pod } from '@istio-cni/capture';
-import { createNetnsHandle, type Drift, type ProbeSetEntry } from '@istio-cni/dataplane';
+import { type AmbientPodRulePlan, createNetnsHandle, type Drift, type ProbeSetEntry } from '@istio-cni/dataplane';
 import { createAmbientVerifier } from '../src/ambient/ambientVerifier.ts';
 
 const ambientLabels = { 'istio.io/dataplane-mode': 'ambient' };
@@ -33,6 +33,7 @@ function harness(
   } = {},
 ) {
   const calls: string[] = [];
+  const inspectedPlans: AmbientPodRulePlan[] = [];
   const handle = createNetnsHandle({ fd: 99, inode: 1, source: 'test', path: '/fake/netns', release: () => undefined });
   const enrolled = new Set(opts.enrolled ?? pods.map((p) => p.metadata.uid ?? ''));
   const verifier = createAmbientVerifier({
@@ -68,15 +69,16 @@ function harness(
     },
     ...(opts.generation === undefined ? {} : { nftGenerations: { read: opts.generation } }),
     podRules: {
-      inspect: async (path) => {
+      inspect: async (path, plan) => {
         calls.push(`inspect ${path}`);
+        inspectedPlans.push(plan);
         if (opts.inspectError !== undefined) throw new Error(opts.inspectError);
         return { drift: opts.rules ?? [] };
       },
       repair: async (netns) => void calls.push(`rules reconcile ${netns.path}`),
     },
   });
-  return { verifier, calls };
+  return { verifier, calls, inspectedPlans };
 }
 
 async function verifyOnly(h: ReturnType<typeof harness>) {
@@ -177,6 +179,39 @@ describe('ambient verifier', () => {
     generation = 6;
     assert.equal((await verifyOnly(h)).status, 'ok');
     assert.equal(inspections(), 2);
+  });
+
+  it('each pass takes one fresh probe-set listing: an IP removed since the last pass is drift', async () => {
+    const probeSet: ProbeSetEntry[] = [{ family: 4, ip: '10.0.0.5', uid: 'uid-web' }];
+    const h = harness([pod('web', { annotation: 'enabled' })], { probeSet, generation: () => 5 });
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    probeSet.length = 0;
+    const out = await verifyOnly(h);
+    assert.equal(out.status, 'drift');
+    assert.deepEqual(out.status === 'drift' ? out.drift.map((d) => d.kind) : [], ['probe_set']);
+    // One listing for the first pass; the second pass's own, then a fresh one before counting it missing.
+    assert.equal(h.calls.filter((c) => c === 'list').length, 3);
+  });
+
+  it('a pod updated with other overrides is read against its new plan at an unchanged generation', async () => {
+    const pods = [pod('web', { annotation: 'enabled' })];
+    const h = harness(pods, { generation: () => 5 });
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.inspectedPlans.length, 1, 'the same pod object at the same generation is not read again');
+    const base = pod('web', { annotation: 'enabled' });
+    const updated: Pod = {
+      ...base,
+      metadata: { ...base.metadata, annotations: { ...base.metadata.annotations, 'ambient.istio.io/bypass-inbound-capture': 'true' } },
+    };
+    pods[0] = updated;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.inspectedPlans.length, 2);
+    assert.notDeepEqual(h.inspectedPlans[1], h.inspectedPlans[0], 'compared with the plan of the new overrides');
+    // An update that leaves the overrides as they were shares the plan: not read again.
+    pods[0] = { ...updated, metadata: { ...updated.metadata, labels: { ...updated.metadata.labels, tier: 'web' } } };
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.inspectedPlans.length, 2);
   });
 
   it('a failing inspection is unverifiable', async () => {

@@ -38,7 +38,10 @@ export interface AmbientVerifierDeps {
   podRules?: AmbientPodRulesAccess;
   /** Skips reading in-pod rules while the netns's nf_tables generation has not moved (as for sidecar pods). */
   nftGenerations?: { read(netnsFd: number): number };
-  /** How long one probe-set listing serves every pod checked meanwhile (one `ipset list` per pass, not per pod). */
+  /**
+   * The longest one probe-set listing serves the pods checked meanwhile. A listing is taken afresh at
+   * each pass (`targets()`) anyway, so at most one `ipset save` / `nft list set` runs per pass.
+   */
   probeSetListTtlMs?: number;
   now?: () => number;
 }
@@ -53,6 +56,23 @@ export interface AmbientVerifier {
   /** Ambient pods to check: those this agent enrolled, and any other carrying the redirection annotation. */
   targets(): VerificationTarget[];
   verify(target: VerificationTarget): Promise<VerifyOutcome>;
+}
+
+interface RenderedPlan {
+  overrides: AmbientPodOverrides;
+  plan: AmbientPodRulePlan;
+  planKey: string;
+}
+
+function indexByUid(entries: readonly ProbeSetEntry[]): Map<string, string[]> {
+  const byUid = new Map<string, string[]>();
+  for (const e of entries) {
+    if (e.uid === undefined) continue;
+    const ips = byUid.get(e.uid);
+    if (ips === undefined) byUid.set(e.uid, [e.ip]);
+    else ips.push(e.ip);
+  }
+  return byUid;
 }
 
 const keyPrefix = 'ambient/';
@@ -84,16 +104,40 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       await applyAmbientPodRules(deps.rules, { netns, config: deps.config, backend: deps.backend, overrides, reconcile: true });
     },
   };
-  let listing: { at: number; entries: Promise<ProbeSetEntry[]> } | undefined;
-  const probeSetEntries = (): Promise<ProbeSetEntry[]> => {
-    if (listing === undefined || now() - listing.at > (deps.probeSetListTtlMs ?? 5_000)) {
-      const entries = deps.sets.list();
-      listing = { at: now(), entries };
-      entries.catch(() => {
-        listing = undefined;
+  /** One probe-set listing, by pod UID, shared by the pods of a pass. */
+  let listing: { at: number; byUid: Promise<Map<string, string[]>> } | undefined;
+  const probeSetIpsOf = async (uid: string): Promise<string[]> => {
+    if (listing === undefined || now() - listing.at > (deps.probeSetListTtlMs ?? 60_000)) {
+      const byUid = deps.sets.list().then(indexByUid);
+      const taken = { at: now(), byUid };
+      listing = taken;
+      byUid.catch(() => {
+        if (listing === taken) listing = undefined;
       });
     }
-    return listing.entries;
+    return (await listing.byUid).get(uid) ?? [];
+  };
+  /**
+   * The rendered plan and its key per version of a pod object (the cache replaces the object on
+   * every update); pods with the same overrides share one plan and one key string.
+   */
+  const plans = new WeakMap<Pod, RenderedPlan>();
+  const plansByOverrides = new Map<string, RenderedPlan>();
+  const renderedPlan = (pod: Pod): RenderedPlan => {
+    const memo = plans.get(pod);
+    if (memo !== undefined) return memo;
+    const { overrides } = ambientPodOverrides(pod);
+    const overridesKey = JSON.stringify(overrides);
+    let rendered = plansByOverrides.get(overridesKey);
+    if (rendered === undefined) {
+      const plan = planAmbientPodRules(deps.config, deps.backend, overrides);
+      rendered = { overrides, plan, planKey: JSON.stringify(plan) };
+      // Overrides come from annotations: bounded so that hostile ones cannot grow it without end.
+      if (plansByOverrides.size >= 256) plansByOverrides.clear();
+      plansByOverrides.set(overridesKey, rendered);
+    }
+    plans.set(pod, rendered);
+    return rendered;
   };
 
   function candidates(): Pod[] {
@@ -127,13 +171,11 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     const netns = deps.cache.get(uid);
     if (netns === undefined || netns.closed) return { status: 'unverifiable', error: 'network namespace of the pod unknown' };
 
-    const { overrides } = ambientPodOverrides(pod);
-    const plan = planAmbientPodRules(deps.config, deps.backend, overrides);
+    const { overrides, plan, planKey } = renderedPlan(pod);
     const ips = podIps(pod);
     let drift: Drift[];
     try {
       const key = `${uid}\0${netns.inode}`;
-      const planKey = JSON.stringify(plan);
       const generation = generationOf(netns);
       const seen = rulesInPlaceAt.get(key);
       if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) drift = [];
@@ -146,12 +188,11 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       }
       // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
       const wanted = ips.map((ip) => ip.split('/')[0] ?? ip).filter((ip) => deps.config.enableIPv6 || !ip.includes(':'));
-      const ofPod = async () => (await probeSetEntries()).filter((e) => e.uid === uid).map((e) => e.ip);
-      let inSet = await ofPod();
+      let inSet = await probeSetIpsOf(uid);
       if (wanted.some((ip) => !inSet.includes(ip))) {
         // The shared listing may predate this pod's enrolment: only a fresh one can say it is missing.
         listing = undefined;
-        inSet = await ofPod();
+        inSet = await probeSetIpsOf(uid);
       }
       drift.push(...compareAmbientEnrolment(true, { probeSetIps: inSet, annotation, ztunnelHasPod: deps.ztunnel.hasPod(uid) }, wanted));
     } catch (err) {
@@ -179,6 +220,8 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
 
   return {
     targets: () => {
+      // A new pass: its pods share one fresh probe-set listing.
+      listing = undefined;
       for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
       return candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
     },
