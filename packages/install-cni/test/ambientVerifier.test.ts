@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ambientConfigFromOptions, type Pod } from '@istio-cni/capture';
-import { type AmbientPodRulePlan, createNetnsHandle, type Drift, type ProbeSetEntry } from '@istio-cni/dataplane';
+import {
+  type AmbientPodRulePlan,
+  type AmbientRuleBackend,
+  createNetnsHandle,
+  type Drift,
+  type IptablesBackend,
+  type ProbeSetEntry,
+} from '@istio-cni/dataplane';
 import { createAmbientVerifier } from '../src/ambient/ambientVerifier.ts';
 
 const ambientLabels = { 'istio.io/dataplane-mode': 'ambient' };
@@ -30,6 +37,10 @@ function harness(
     rules?: Drift[];
     inspectError?: string;
     generation?: () => number;
+    backend?: AmbientRuleBackend;
+    fingerprint?: (families: readonly string[] | undefined) => string;
+    /** The iptables backend `inspect` says it read the rules from. */
+    readFrom?: IptablesBackend;
   } = {},
 ) {
   const calls: string[] = [];
@@ -48,7 +59,7 @@ function harness(
       runner: { run: async () => ({ stdout: '', stderr: '' }) },
       openScratchNetns: async () => ({ path: '', close: async () => {} }),
     },
-    backend: { kind: 'nft' },
+    backend: opts.backend ?? { kind: 'nft' },
     config: ambientConfigFromOptions({}),
     sets: {
       list: async () => {
@@ -68,17 +79,34 @@ function harness(
       annotate: async (ns, name, key, value) => void calls.push(`annotate ${ns}/${name} ${key}=${value}`),
     },
     ...(opts.generation === undefined ? {} : { nftGenerations: { read: opts.generation } }),
+    ...(opts.fingerprint === undefined
+      ? {}
+      : { legacyFingerprints: { fingerprint: (_fd, families) => opts.fingerprint?.(families) ?? '' } }),
     podRules: {
       inspect: async (path, plan) => {
         calls.push(`inspect ${path}`);
         inspectedPlans.push(plan);
         if (opts.inspectError !== undefined) throw new Error(opts.inspectError);
-        return { drift: opts.rules ?? [] };
+        return { drift: opts.rules ?? [], ...(opts.readFrom ? { iptables: opts.readFrom } : {}) };
       },
       repair: async (netns) => void calls.push(`rules reconcile ${netns.path}`),
     },
   });
   return { verifier, calls, inspectedPlans };
+}
+
+function iptablesBackend(flavor: 'legacy' | 'nft'): IptablesBackend {
+  const binaries = (prefix: string) => ({
+    save: `${prefix}tables-${flavor}-save`,
+    restore: `${prefix}tables-${flavor}-restore`,
+    iptables: `${prefix}tables-${flavor}`,
+  });
+  return {
+    flavor,
+    nfTables: flavor === 'nft',
+    version: { major: 1, minor: 8, patch: 9 },
+    binaries: { ipv4: binaries('ip'), ipv6: binaries('ip6') },
+  };
 }
 
 async function verifyOnly(h: ReturnType<typeof harness>) {
@@ -212,6 +240,38 @@ describe('ambient verifier', () => {
     pods[0] = { ...updated, metadata: { ...updated.metadata, labels: { ...updated.metadata.labels, tier: 'web' } } };
     assert.equal((await verifyOnly(h)).status, 'ok');
     assert.equal(h.inspectedPlans.length, 2);
+  });
+
+  it('on iptables-legacy, in-pod rules found in place are not read again until the legacy tables fingerprint moves', async () => {
+    const legacy = iptablesBackend('legacy');
+    let fingerprint = 'a';
+    const asked: (readonly string[] | undefined)[] = [];
+    const h = harness([pod('web', { annotation: 'enabled' })], {
+      backend: { kind: 'iptables', iptables: legacy },
+      readFrom: legacy,
+      fingerprint: (families) => {
+        asked.push(families);
+        return fingerprint;
+      },
+    });
+    const inspections = () => h.calls.filter((c) => c.startsWith('inspect')).length;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 1);
+    assert.deepEqual(asked[0], ['ipv4'], 'the families the plan has rules for (IPv6 off)');
+    fingerprint = 'b';
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 2);
+  });
+
+  it('on iptables-legacy, a pod whose rules were found in another backend (adopted) is read every pass', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })], {
+      backend: { kind: 'iptables', iptables: iptablesBackend('legacy') },
+      readFrom: iptablesBackend('nft'),
+      fingerprint: () => 'a',
+    });
+    for (let i = 0; i < 3; i++) assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.calls.filter((c) => c.startsWith('inspect')).length, 3);
   });
 
   it('a failing inspection is unverifiable', async () => {

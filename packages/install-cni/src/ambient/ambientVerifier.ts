@@ -9,6 +9,8 @@ import {
   type Drift,
   inspectCapture,
   type InspectedCapture,
+  iptablesFamiliesRead,
+  type LegacyTablesFingerprinter,
   readFromNfTables,
   type NetnsHandle,
   type PodNetnsCache,
@@ -38,6 +40,8 @@ export interface AmbientVerifierDeps {
   podRules?: AmbientPodRulesAccess;
   /** Skips reading in-pod rules while the netns's nf_tables generation has not moved (as for sidecar pods). */
   nftGenerations?: { read(netnsFd: number): number };
+  /** The same on iptables-legacy: the fingerprint of the netns's legacy tables of the plan's families. */
+  legacyFingerprints?: Pick<LegacyTablesFingerprinter, 'fingerprint'>;
   /**
    * The longest one probe-set listing serves the pods checked meanwhile. A listing is taken afresh at
    * each pass (`targets()`) anyway, so at most one `ipset save` / `nft list set` runs per pass.
@@ -87,19 +91,25 @@ const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
  */
 export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifier {
   const now = deps.now ?? Date.now;
-  /** uid + netns inode → the generation at which its in-pod rules were last found in place. */
-  const rulesInPlaceAt = new Map<string, { generation: number; planKey: string }>();
-  const nftBased = deps.backend.kind === 'nft' || deps.backend.iptables.nfTables;
-  const generationOf = (netns: NetnsHandle): number | undefined => {
-    if (!nftBased || deps.nftGenerations === undefined) return undefined;
+  /** uid + netns inode → the change token at which its in-pod rules were last found in place. */
+  const rulesInPlaceAt = new Map<string, { token: number | string; planKey: string }>();
+  const { backend } = deps;
+  const nftBased = backend.kind === 'nft' || backend.iptables.nfTables;
+  /** What moves whenever the pod's rules may have changed: the nf_tables generation, or the legacy tables' fingerprint. */
+  const changeToken = (netns: NetnsHandle, plan: AmbientPodRulePlan): number | string | undefined => {
     try {
-      return deps.nftGenerations.read(netns.fd);
+      if (nftBased) return deps.nftGenerations?.read(netns.fd);
+      if (plan.backend !== 'iptables') return undefined;
+      return deps.legacyFingerprints?.fingerprint(netns.fd, iptablesFamiliesRead(plan.documents));
     } catch {
-      return undefined;
+      return undefined; // no shortcut: the rules are read
     }
   };
+  /** Whether the rules were read where the token looks (not in another backend the pod was adopted from). */
+  const readWhereTokenLooks = (inspected: InspectedCapture): boolean =>
+    nftBased ? readFromNfTables(inspected) : backend.kind === 'iptables' && inspected.iptables?.flavor === backend.iptables.flavor;
   const podRules: AmbientPodRulesAccess = deps.podRules ?? {
-    inspect: (path, plan) => inspectCapture(deps.rules, { netns: path, plan, backend: deps.backend, nftTablePrefix: 'istio-ambient-' }),
+    inspect: (path, plan) => inspectCapture(deps.rules, { netns: path, plan, backend, nftTablePrefix: 'istio-ambient-' }),
     repair: async (netns, overrides) => {
       await applyAmbientPodRules(deps.rules, { netns, config: deps.config, backend: deps.backend, overrides, reconcile: true });
     },
@@ -176,14 +186,15 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     let drift: Drift[];
     try {
       const key = `${uid}\0${netns.inode}`;
-      const generation = generationOf(netns);
+      // Read before the inspection: a change made during it moves the token, so it is seen next time.
+      const token = changeToken(netns, plan);
       const seen = rulesInPlaceAt.get(key);
-      if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) drift = [];
+      if (token !== undefined && seen?.token === token && seen.planKey === planKey) drift = [];
       else {
         const inspected = await netns.use((path) => podRules.inspect(path, plan));
         drift = inspected.drift;
-        // A pod whose rules live in legacy tables (adopted) is read every time: its changes do not move the generation.
-        if (generation !== undefined && drift.length === 0 && readFromNfTables(inspected)) rulesInPlaceAt.set(key, { generation, planKey });
+        // A pod whose rules live in another backend (adopted) is read every time: its changes do not move the token.
+        if (token !== undefined && drift.length === 0 && readWhereTokenLooks(inspected)) rulesInPlaceAt.set(key, { token, planKey });
         else rulesInPlaceAt.delete(key);
       }
       // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
