@@ -125,8 +125,15 @@ export function printTable(title: string, samples: Sample[], baseline: string): 
  * /proc/<pid>/stat): for an agent, its own work plus the commands it ran.
  */
 export function processCpuMs(pid: number | 'self' = 'self'): number {
+  const { ownMs, commandsMs } = processCpuSplitMs(pid);
+  return ownMs + commandsMs;
+}
+
+/** The same, the process's own (utime + stime) and its waited-for children's (cutime + cstime) apart. */
+export function processCpuSplitMs(pid: number | 'self' = 'self'): { ownMs: number; commandsMs: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  const ticks = [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0);
-  return ticks * 10; // USER_HZ is 100 on Linux
+  // USER_HZ is 100 on Linux
+  const ms = (indexes: number[]) => indexes.reduce((sum, i) => sum + Number(fields[i]), 0) * 10;
+  return { ownMs: ms([11, 12]), commandsMs: ms([13, 14]) };
 }

@@ -2,8 +2,8 @@
  * What continuous verification costs the running agent: `dist/install-cni` (fake API) with 110
  * pods captured through the built plugin, sidecar (pods in netns of the host's netns, default
  * sidecar rules) and ambient (a scratch node netns, in-pod rules, probe set, a fake ztunnel), its
- * CPU (process + the commands it ran, /proc/<pid>/stat) sampled every SAMPLE_S over DURATION_S
- * from the moment the last pod is captured, and its RSS at both ends. Each mode runs two agents side
+ * CPU (process + the commands it ran, /proc/<pid>/stat; the commands' share apart) and RSS sampled
+ * every SAMPLE_S over DURATION_S from the moment the last pod is captured. Each mode runs two agents side
  * by side over the same window, one at VERIFY_INTERVAL=60s (the default) and one with verification
  * off (0), so machine load hits both alike; their difference is what verification costs. The
  * window includes the first pass (every pod read once) and the steady state after it.
@@ -19,7 +19,7 @@ import { startAgentRig } from '../test/support/startAgentRig.ts';
 import { readRssKiB } from '../test/support/watchPeakRss.ts';
 import { enrolAmbientPods, startAmbientBenchNode } from './ambient.ts';
 import { freshNetns } from './applySidecarRules.ts';
-import { processCpuMs } from './measure.ts';
+import { processCpuSplitMs } from './measure.ts';
 
 type Mode = 'sidecar' | 'ambient';
 
@@ -30,6 +30,10 @@ export interface VerifyCostRun {
   durationS: number;
   /** Agent CPU (ms, with its commands) in each sample period, in order. */
   periodsMs: number[];
+  /** Of which its commands' (cutime + cstime), per period. */
+  commandsMs: number[];
+  /** RSS at the end of each period. */
+  rssKiB: (number | undefined)[];
   totalMs: number;
   rssBeforeKiB: number | undefined;
   rssAfterKiB: number | undefined;
@@ -92,16 +96,21 @@ async function sampleCpu(
   sampleS: number,
 ): Promise<Omit<VerifyCostRun, 'mode' | 'verifyInterval' | 'pods'>> {
   const rssBeforeKiB = readRssKiB(agent.pid);
-  const start = processCpuMs(agent.pid);
+  const start = processCpuSplitMs(agent.pid);
   const periodsMs: number[] = [];
+  const commandsMs: number[] = [];
+  const rssKiB: (number | undefined)[] = [];
   let last = start;
   for (let elapsed = 0; elapsed < durationS; elapsed += sampleS) {
     await sleep(Math.min(sampleS, durationS - elapsed) * 1000);
-    const now = processCpuMs(agent.pid);
-    periodsMs.push(now - last);
+    const now = processCpuSplitMs(agent.pid);
+    periodsMs.push(now.ownMs + now.commandsMs - last.ownMs - last.commandsMs);
+    commandsMs.push(now.commandsMs - last.commandsMs);
+    rssKiB.push(readRssKiB(agent.pid));
     last = now;
   }
-  return { durationS, periodsMs, totalMs: last - start, rssBeforeKiB, rssAfterKiB: readRssKiB(agent.pid) };
+  const totalMs = last.ownMs + last.commandsMs - start.ownMs - start.commandsMs;
+  return { durationS, periodsMs, commandsMs, rssKiB, totalMs, rssBeforeKiB, rssAfterKiB: readRssKiB(agent.pid) };
 }
 
 /** The agents of one mode, verification at 60 s and off, captured first, then sampled over the same window. */
@@ -129,12 +138,12 @@ export function printVerifyCost(runs: readonly VerifyCostRun[], sampleS: number)
   if (first === undefined) return;
   console.log(`\n## Agent CPU and memory with continuous verification (${first.pods} pods, ${first.durationS} s from the last ADD)\n`);
   console.log(
-    `| mode | VERIFY_INTERVAL | agent CPU ms (incl. commands) | share of one core | RSS before → after MiB | CPU ms per ${sampleS} s |`,
+    `| mode | VERIFY_INTERVAL | agent CPU ms (incl. commands) | share of one core | RSS before → after MiB | CPU ms per ${sampleS} s | of which commands | RSS MiB per ${sampleS} s |`,
   );
-  console.log('|---|---|---:|---:|---:|---|');
+  console.log('|---|---|---:|---:|---:|---|---|---|');
   for (const r of runs) {
     console.log(
-      `| ${r.mode} | ${r.verifyInterval} | ${r.totalMs} | ${share(r.totalMs, r.durationS)} | ${mib(r.rssBeforeKiB)} → ${mib(r.rssAfterKiB)} | ${r.periodsMs.join(', ')} |`,
+      `| ${r.mode} | ${r.verifyInterval} | ${r.totalMs} | ${share(r.totalMs, r.durationS)} | ${mib(r.rssBeforeKiB)} → ${mib(r.rssAfterKiB)} | ${r.periodsMs.join(', ')} | ${r.commandsMs.join(', ')} | ${r.rssKiB.map(mib).join(', ')} |`,
     );
   }
   for (const mode of new Set(runs.map((r) => r.mode))) {

@@ -36,23 +36,25 @@ async function until(what: string, check: () => Promise<boolean> | boolean, time
   }
 }
 
-const backends = [
-  {
-    name: 'iptables',
-    env: {},
-    sets: 'ipset' as const,
-    // The agent's backend was detected in the node netns; the jump is removed with whichever holds
-    // it (touching the other would load an empty table there and change the dump).
-    removeRules: (netns: string) => {
-      const holder = ['iptables-nft', 'iptables-legacy'].find((bin) =>
-        execFileSync('nsenter', [`--net=${netns}`, '--', `${bin}-save`, '-t', 'nat'], { encoding: 'utf8' }).includes(
-          '-A OUTPUT -j ISTIO_OUTPUT',
-        ),
-      );
-      return holder !== undefined && inNetns(netns, [holder, '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT']);
-    },
-    removeProbe: (node: string, ip: string) => inNetns(node, ['ipset', 'del', 'istio-inpod-probes-v4', ip]),
+const iptablesBackend = {
+  sets: 'ipset' as const,
+  // The agent's backend was detected in the node netns; the jump is removed with whichever holds
+  // it (touching the other would load an empty table there and change the dump).
+  removeRules: (netns: string) => {
+    const holder = ['iptables-nft', 'iptables-legacy'].find((bin) =>
+      execFileSync('nsenter', [`--net=${netns}`, '--', `${bin}-save`, '-t', 'nat'], { encoding: 'utf8' }).includes(
+        '-A OUTPUT -j ISTIO_OUTPUT',
+      ),
+    );
+    return holder !== undefined && inNetns(netns, [holder, '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT']);
   },
+  removeProbe: (node: string, ip: string) => inNetns(node, ['ipset', 'del', 'istio-inpod-probes-v4', ip]),
+};
+
+const backends = [
+  { name: 'iptables', env: {}, ...iptablesBackend },
+  // Unchanged pods are skipped by the legacy tables' fingerprint there: the removal must still be seen.
+  { name: 'iptables-legacy', env: { FORCE_IPTABLES_BINARY: 'legacy' }, ...iptablesBackend },
   {
     name: 'nftables',
     env: { NATIVE_NFTABLES: 'true' },

@@ -74,6 +74,36 @@ test('the legacy tables fingerprint moves with rules, chains and policies, not w
   assert.equal(readlinkSync('/proc/thread-self/ns/net'), own, 'back in our own netns');
 });
 
+test('the legacy fingerprint of IPv6 tables moves with ip6tables-legacy rules and policies, not with counters', {
+  skip: kernelSkip,
+}, (t) => {
+  const net = createPodNetworkFixture(t);
+  const reader = createLegacyTablesFingerprinter();
+  const fd = openSync(net.pod.path, 'r');
+  t.after(() => closeSync(fd));
+  const both = ['ipv4', 'ipv6'] as const;
+  const empty = reader.fingerprint(fd, both);
+  const v4 = reader.fingerprint(fd);
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'nat', '-N', 'ISTIO_FP6']);
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '2001:db8::1', '-j', 'ISTIO_FP6']);
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'filter', '-A', 'OUTPUT', '-p', 'tcp', '-j', 'ACCEPT']);
+  inNetns(net.pod.path, ['ip', 'link', 'set', 'lo', 'up']);
+  const f1 = reader.fingerprint(fd, both);
+  assert.notEqual(f1, empty);
+  assert.equal(reader.fingerprint(fd), v4, 'the IPv4 fingerprint does not look at IPv6 tables');
+  inNetns(net.pod.path, [process.execPath, '-e', "require('node:net').connect(1, '::1').on('error', () => {})"]);
+  assert.match(
+    execFileSync('nsenter', [`--net=${net.pod.path}`, '--', 'ip6tables-legacy-save', '-c', '-t', 'filter'], { encoding: 'utf8' }),
+    /^\[[1-9]\d*:\d+\] -A OUTPUT -p tcp/m,
+  );
+  assert.equal(reader.fingerprint(fd, both), f1, 'reads and counters change nothing');
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'nat', '-R', 'OUTPUT', '1', '-p', 'tcp', '-d', '2001:db8::2', '-j', 'ISTIO_FP6']);
+  const f2 = reader.fingerprint(fd, both);
+  assert.notEqual(f2, f1, 'a rule replaced by one of the same size');
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'mangle', '-P', 'PREROUTING', 'DROP']);
+  assert.notEqual(reader.fingerprint(fd, both), f2, 'a policy in another table');
+});
+
 const pod: Pod = {
   metadata: {
     name: 'gen',
@@ -97,6 +127,19 @@ function countingRunner(): CommandRunner & { runs: string[] } {
   };
 }
 
+/** A `SidecarCaptureManager` with both shortcuts (generation and legacy fingerprint), as the agent builds it. */
+function shortcutManager(runner: CommandRunner, backend: { nativeNftables: boolean; forceIptablesBinary?: string }) {
+  return createSidecarCaptureManager({
+    runner,
+    openScratchNetns: createScratchNetnsOpener(),
+    netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
+    nativeNftables: backend.nativeNftables,
+    nftGenerations: createNftGenerationReader(),
+    legacyFingerprints: createLegacyTablesFingerprinter(),
+    ...(backend.forceIptablesBinary ? { forceIptablesBinary: backend.forceIptablesBinary } : {}),
+  });
+}
+
 for (const backend of [
   {
     name: 'iptables-nft',
@@ -118,15 +161,7 @@ for (const backend of [
   }, async (t) => {
     const net = createPodNetworkFixture(t);
     const runner = countingRunner();
-    const manager = createSidecarCaptureManager({
-      runner,
-      openScratchNetns: createScratchNetnsOpener(),
-      netnsGuard: createPodNetnsGuard({ hostProcDir: '/proc' }),
-      nativeNftables: backend.nativeNftables,
-      nftGenerations: createNftGenerationReader(),
-      legacyFingerprints: createLegacyTablesFingerprinter(),
-      ...(backend.forceIptablesBinary ? { forceIptablesBinary: backend.forceIptablesBinary } : {}),
-    });
+    const manager = shortcutManager(runner, backend);
     const ips = [`${net.pod.ipv4}`];
     await manager.apply(pod, net.pod.path, [`${net.pod.ipv4}/24`]);
     assert.deepEqual(await manager.inspect(pod, net.pod.path, ips), [], 'in place, read once');
@@ -144,3 +179,22 @@ for (const backend of [
     assert.equal(runner.runs.length, afterRepair, 'in place again: skipped again');
   });
 }
+
+test('[iptables-legacy] a pod outside the mesh is read again only once its legacy tables (IPv4 or IPv6) changed', {
+  skip: kernelSkip,
+  timeout: 60_000,
+}, async (t) => {
+  const net = createPodNetworkFixture(t);
+  const runner = countingRunner();
+  const manager = shortcutManager(runner, { nativeNftables: false, forceIptablesBinary: 'legacy' });
+  assert.deepEqual(await manager.inspect(undefined, net.pod.path), [], 'nothing of ours, read once');
+  const before = runner.runs.length;
+  assert.deepEqual(await manager.inspect(undefined, net.pod.path), []);
+  assert.equal(runner.runs.length, before, 'unchanged fingerprint: nothing run');
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'nat', '-N', 'ISTIO_OUTPUT']);
+  const drift = await manager.inspect(undefined, net.pod.path);
+  assert.equal(drift[0]?.kind, 'unexpected_rules', 'an ISTIO_* chain in IPv6 tables is seen');
+  inNetns(net.pod.path, ['ip6tables-legacy', '-t', 'nat', '-X', 'ISTIO_OUTPUT']);
+  inNetns(net.pod.path, ['iptables-legacy', '-t', 'nat', '-N', 'ISTIO_INBOUND']);
+  assert.equal((await manager.inspect(undefined, net.pod.path))[0]?.kind, 'unexpected_rules', 'and one in IPv4 tables');
+});

@@ -143,6 +143,16 @@ export {
   type IptablesCaptureState,
   type NftCaptureState,
 } from './captureDrift.ts';
-export { type InspectCaptureOptions, type InspectedCapture, inspectCapture, readFromNfTables } from './inspectCapture.ts';
+export {
+  type InspectCaptureOptions,
+  type InspectedCapture,
+  inspectCapture,
+  iptablesFamiliesRead,
+  readFromNfTables,
+} from './inspectCapture.ts';
 export { createNftGenerationReader, type NftGenerationReader } from './nftGeneration.ts';
-export { createLegacyTablesFingerprinter, type LegacyTablesFingerprinter, zeroEntryCounters } from './legacyTablesFingerprint.ts';
+export {
+  createLegacyTablesFingerprinter,
+  type LegacyTablesFingerprinter,
+  zeroEntryCounters,
+} from './legacyTablesFingerprint.ts';

@@ -29,6 +29,15 @@ export function readFromNfTables(inspected: InspectedCapture): boolean {
 }
 
 /**
+ * The iptables families `inspectCapture` reads for a plan's documents: both for a pod outside the
+ * mesh (no plan: nothing of ours may be in either), else those the plan has rules for.
+ */
+export function iptablesFamiliesRead(documents: Partial<Record<IptablesFamily, string>> | undefined): IptablesFamily[] {
+  if (documents === undefined) return ['ipv4', 'ipv6'];
+  return (['ipv4', 'ipv6'] as const).filter((family) => (documents[family] ?? '').trim() !== '');
+}
+
+/**
  * Reads a pod netns and compares it with its plan (`compareIptablesCapture` / `compareNftCapture`).
  * Costs one read per family (`iptables-save`) or one `nft list ruleset`; the plan's
  * kernel-canonical form comes from the cache after the first pod with that plan. A sidecar or
@@ -62,9 +71,8 @@ export async function inspectCapture(deps: SidecarCaptureDeps, options: InspectC
   const compareIn = async (iptables: IptablesBackend): Promise<Drift[]> => {
     const expected: IptablesCaptureState = {};
     const found: IptablesCaptureState = {};
-    for (const family of ['ipv4', 'ipv6'] as IptablesFamily[]) {
-      const document = plan.documents[family];
-      if (document === undefined || document.trim() === '') continue;
+    for (const family of iptablesFamiliesRead(plan.documents)) {
+      const document = plan.documents[family] ?? '';
       expected[family] = await canonicalIptablesState(ideps, iptables, family, document);
       found[family] = await readIptablesState(deps.runner, iptables, family, netns);
     }

@@ -54,15 +54,17 @@ export function parseGenReply(reply: Buffer): number {
 
 export function createNftGenerationReader(): NftGenerationReader {
   let seq = 1;
+  // Reused by every read (each is synchronous): a verification pass allocates nothing per pod here.
+  const request = getGenRequest(0);
+  const reply = Buffer.alloc(512);
   return {
     read(netnsFd) {
       const libc = netnsLibc();
       const sock = inNetnsSync(libc, netnsFd, () => libc.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
       if (sock < 0) throw new Error(`netlink socket failed (errno ${libc.errno()})`);
       try {
-        const request = getGenRequest(seq++);
+        request.writeUInt32LE(seq++ >>> 0, 8);
         if (libc.send(sock, request, request.length, 0) !== request.length) throw new Error(`netlink send failed (errno ${libc.errno()})`);
-        const reply = Buffer.alloc(512);
         const n = libc.recv(sock, reply, reply.length, MSG_DONTWAIT);
         if (n < 0) throw new Error(`netlink recv failed (errno ${libc.errno()})`);
         return parseGenReply(reply.subarray(0, n));

@@ -1,12 +1,13 @@
 import type { CaptureEnvironment, Pod } from '@istio-cni/capture';
 import { applySidecarCapture, verifySidecarCapture, type SidecarCaptureDeps, type SidecarRulePlan } from './applySidecarCapture.ts';
 import type { IptablesState } from './iptablesState.ts';
+import type { LegacyTablesFingerprinter } from './legacyTablesFingerprint.ts';
 import type { CommandRunner } from './commandRunner.ts';
 import { decideIptablesBackend, type IptablesBackend, type IptablesBackendDecision } from './detectIptablesBackend.ts';
 import type { Drift } from './captureDrift.ts';
 import type { NetnsHandle } from './ambient/netnsHandle.ts';
 import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
-import { inspectCapture } from './inspectCapture.ts';
+import { iptablesFamiliesRead, inspectCapture } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
@@ -24,15 +25,16 @@ export interface SidecarCaptureManagerOptions {
   cachedPlans?: number;
   /**
    * Lets `inspect` skip reading a netns whose nf_tables generation has not moved since it was last
-   * found in place (iptables-nft and native nft; iptables-legacy is always read). Injected, not
+   * found in place (iptables-nft and native nft). Injected, not
    * imported: the plugin bundles this module and carries no FFI.
    */
   nftGenerations?: { read(netnsFd: number): number };
   /**
-   * The same for rules in iptables-legacy: a fingerprint of the netns's legacy IPv4 tables
-   * (`legacyTablesFingerprint.ts`), used for pods whose plan has IPv4 rules only. Injected, as above.
+   * The same for rules in iptables-legacy: a fingerprint of the netns's legacy tables of the
+   * families the inspection reads (`legacyTablesFingerprint.ts`; both for a pod outside the mesh).
+   * Injected, as above.
    */
-  legacyFingerprints?: { fingerprint(netnsFd: number): string };
+  legacyFingerprints?: Pick<LegacyTablesFingerprinter, 'fingerprint'>;
   /** Told once which iptables backend was chosen and why (what was found where). */
   onBackendDecision?: (decision: IptablesBackendDecision) => void;
 }
@@ -122,8 +124,8 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   const changeToken = (handle: NetnsHandle, where: IptablesBackend | undefined, rulePlan: SidecarRulePlan | undefined) => {
     try {
       if (where === undefined || where.nfTables) return options.nftGenerations?.read(handle.fd);
-      const ipv4Only = rulePlan?.backend === 'iptables' && (rulePlan.documents.ipv6 ?? '').trim() === '';
-      return ipv4Only ? options.legacyFingerprints?.fingerprint(handle.fd) : undefined;
+      if (rulePlan !== undefined && rulePlan.backend !== 'iptables') return undefined;
+      return options.legacyFingerprints?.fingerprint(handle.fd, iptablesFamiliesRead(rulePlan?.documents));
     } catch {
       return undefined; // no shortcut: the netns is read
     }

@@ -30,3 +30,20 @@ test('a malformed entry (next_offset 0) is an error, not a loop', () => {
   b.writeUInt16LE(0, 40 + 90);
   assert.throws(() => zeroEntryCounters(b), /next_offset 0/);
 });
+
+test('IPv6 entries (ip6t_entry) have next_offset at 142 and their counters at 152', () => {
+  const b = Buffer.alloc(40 + 168 + 200, 0xab);
+  for (const [at, size] of [
+    [40, 168],
+    [208, 200],
+  ] as const) {
+    b.writeUInt16LE(size, at + 142);
+    b.fill(0xff, at + 152, at + 168);
+  }
+  zeroEntryCounters(b, 'ipv6');
+  for (const at of [40, 208]) {
+    assert.deepEqual([...b.subarray(at + 152, at + 168)], new Array(16).fill(0));
+    assert.equal(b[at + 151], 0xab, 'the bytes before the counters kept');
+  }
+  assert.equal(b[208 + 168], 0xab, 'the match and target data kept');
+});

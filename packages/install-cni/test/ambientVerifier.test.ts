@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ambientConfigFromOptions, type Pod } from '@istio-cni/capture';
-import { createNetnsHandle, type Drift, type ProbeSetEntry } from '@istio-cni/dataplane';
+import {
+  type AmbientPodRulePlan,
+  type AmbientRuleBackend,
+  createNetnsHandle,
+  type Drift,
+  type IptablesBackend,
+  type ProbeSetEntry,
+} from '@istio-cni/dataplane';
 import { createAmbientVerifier } from '../src/ambient/ambientVerifier.ts';
 
 const ambientLabels = { 'istio.io/dataplane-mode': 'ambient' };
@@ -30,9 +37,14 @@ function harness(
     rules?: Drift[];
     inspectError?: string;
     generation?: () => number;
+    backend?: AmbientRuleBackend;
+    fingerprint?: (families: readonly string[] | undefined) => string;
+    /** The iptables backend `inspect` says it read the rules from. */
+    readFrom?: IptablesBackend;
   } = {},
 ) {
   const calls: string[] = [];
+  const inspectedPlans: AmbientPodRulePlan[] = [];
   const handle = createNetnsHandle({ fd: 99, inode: 1, source: 'test', path: '/fake/netns', release: () => undefined });
   const enrolled = new Set(opts.enrolled ?? pods.map((p) => p.metadata.uid ?? ''));
   const verifier = createAmbientVerifier({
@@ -47,7 +59,7 @@ function harness(
       runner: { run: async () => ({ stdout: '', stderr: '' }) },
       openScratchNetns: async () => ({ path: '', close: async () => {} }),
     },
-    backend: { kind: 'nft' },
+    backend: opts.backend ?? { kind: 'nft' },
     config: ambientConfigFromOptions({}),
     sets: {
       list: async () => {
@@ -68,16 +80,34 @@ function harness(
     },
     enrol: async (p, ips) => void calls.push(`enrol ${p.metadata.name} ${ips.join(',')}`),
     ...(opts.generation === undefined ? {} : { nftGenerations: { read: opts.generation } }),
+    ...(opts.fingerprint === undefined
+      ? {}
+      : { legacyFingerprints: { fingerprint: (_fd, families) => opts.fingerprint?.(families) ?? '' } }),
     podRules: {
-      inspect: async (path) => {
+      inspect: async (path, plan) => {
         calls.push(`inspect ${path}`);
+        inspectedPlans.push(plan);
         if (opts.inspectError !== undefined) throw new Error(opts.inspectError);
-        return { drift: opts.rules ?? [] };
+        return { drift: opts.rules ?? [], ...(opts.readFrom ? { iptables: opts.readFrom } : {}) };
       },
       repair: async (netns) => void calls.push(`rules reconcile ${netns.path}`),
     },
   });
-  return { verifier, calls };
+  return { verifier, calls, inspectedPlans };
+}
+
+function iptablesBackend(flavor: 'legacy' | 'nft'): IptablesBackend {
+  const binaries = (prefix: string) => ({
+    save: `${prefix}tables-${flavor}-save`,
+    restore: `${prefix}tables-${flavor}-restore`,
+    iptables: `${prefix}tables-${flavor}`,
+  });
+  return {
+    flavor,
+    nfTables: flavor === 'nft',
+    version: { major: 1, minor: 8, patch: 9 },
+    binaries: { ipv4: binaries('ip'), ipv6: binaries('ip6') },
+  };
 }
 
 async function verifyOnly(h: ReturnType<typeof harness>) {
@@ -196,6 +226,71 @@ describe('ambient verifier', () => {
     generation = 6;
     assert.equal((await verifyOnly(h)).status, 'ok');
     assert.equal(inspections(), 2);
+  });
+
+  it('each pass takes one fresh probe-set listing: an IP removed since the last pass is drift', async () => {
+    const probeSet: ProbeSetEntry[] = [{ family: 4, ip: '10.0.0.5', uid: 'uid-web' }];
+    const h = harness([pod('web', { annotation: 'enabled' })], { probeSet, generation: () => 5 });
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    probeSet.length = 0;
+    const out = await verifyOnly(h);
+    assert.equal(out.status, 'drift');
+    assert.deepEqual(out.status === 'drift' ? out.drift.map((d) => d.kind) : [], ['probe_set']);
+    // One listing for the first pass; the second pass's own, then a fresh one before counting it missing.
+    assert.equal(h.calls.filter((c) => c === 'list').length, 3);
+  });
+
+  it('a pod updated with other overrides is read against its new plan at an unchanged generation', async () => {
+    const pods = [pod('web', { annotation: 'enabled' })];
+    const h = harness(pods, { generation: () => 5 });
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.inspectedPlans.length, 1, 'the same pod object at the same generation is not read again');
+    const base = pod('web', { annotation: 'enabled' });
+    const updated: Pod = {
+      ...base,
+      metadata: { ...base.metadata, annotations: { ...base.metadata.annotations, 'ambient.istio.io/bypass-inbound-capture': 'true' } },
+    };
+    pods[0] = updated;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.inspectedPlans.length, 2);
+    assert.notDeepEqual(h.inspectedPlans[1], h.inspectedPlans[0], 'compared with the plan of the new overrides');
+    // An update that leaves the overrides as they were shares the plan: not read again.
+    pods[0] = { ...updated, metadata: { ...updated.metadata, labels: { ...updated.metadata.labels, tier: 'web' } } };
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.inspectedPlans.length, 2);
+  });
+
+  it('on iptables-legacy, in-pod rules found in place are not read again until the legacy tables fingerprint moves', async () => {
+    const legacy = iptablesBackend('legacy');
+    let fingerprint = 'a';
+    const asked: (readonly string[] | undefined)[] = [];
+    const h = harness([pod('web', { annotation: 'enabled' })], {
+      backend: { kind: 'iptables', iptables: legacy },
+      readFrom: legacy,
+      fingerprint: (families) => {
+        asked.push(families);
+        return fingerprint;
+      },
+    });
+    const inspections = () => h.calls.filter((c) => c.startsWith('inspect')).length;
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 1);
+    assert.deepEqual(asked[0], ['ipv4'], 'the families the plan has rules for (IPv6 off)');
+    fingerprint = 'b';
+    assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(inspections(), 2);
+  });
+
+  it('on iptables-legacy, a pod whose rules were found in another backend (adopted) is read every pass', async () => {
+    const h = harness([pod('web', { annotation: 'enabled' })], {
+      backend: { kind: 'iptables', iptables: iptablesBackend('legacy') },
+      readFrom: iptablesBackend('nft'),
+      fingerprint: () => 'a',
+    });
+    for (let i = 0; i < 3; i++) assert.equal((await verifyOnly(h)).status, 'ok');
+    assert.equal(h.calls.filter((c) => c.startsWith('inspect')).length, 3);
   });
 
   it('a failing inspection is unverifiable', async () => {

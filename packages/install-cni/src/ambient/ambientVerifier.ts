@@ -9,6 +9,8 @@ import {
   type Drift,
   inspectCapture,
   type InspectedCapture,
+  iptablesFamiliesRead,
+  type LegacyTablesFingerprinter,
   readFromNfTables,
   type NetnsHandle,
   type PodNetnsCache,
@@ -40,7 +42,12 @@ export interface AmbientVerifierDeps {
   podRules?: AmbientPodRulesAccess;
   /** Skips reading in-pod rules while the netns's nf_tables generation has not moved (as for sidecar pods). */
   nftGenerations?: { read(netnsFd: number): number };
-  /** How long one probe-set listing serves every pod checked meanwhile (one `ipset list` per pass, not per pod). */
+  /** The same on iptables-legacy: the fingerprint of the netns's legacy tables of the plan's families. */
+  legacyFingerprints?: Pick<LegacyTablesFingerprinter, 'fingerprint'>;
+  /**
+   * The longest one probe-set listing serves the pods checked meanwhile. A listing is taken afresh at
+   * each pass (`targets()`) anyway, so at most one `ipset save` / `nft list set` runs per pass.
+   */
   probeSetListTtlMs?: number;
   now?: () => number;
 }
@@ -57,6 +64,23 @@ export interface AmbientVerifier {
   verify(target: VerificationTarget): Promise<VerifyOutcome>;
 }
 
+interface RenderedPlan {
+  overrides: AmbientPodOverrides;
+  plan: AmbientPodRulePlan;
+  planKey: string;
+}
+
+function indexByUid(entries: readonly ProbeSetEntry[]): Map<string, string[]> {
+  const byUid = new Map<string, string[]>();
+  for (const e of entries) {
+    if (e.uid === undefined) continue;
+    const ips = byUid.get(e.uid);
+    if (ips === undefined) byUid.set(e.uid, [e.ip]);
+    else ips.push(e.ip);
+  }
+  return byUid;
+}
+
 const keyPrefix = 'ambient/';
 const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
 
@@ -69,33 +93,63 @@ const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
  */
 export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifier {
   const now = deps.now ?? Date.now;
-  /** uid + netns inode → the generation at which its in-pod rules were last found in place. */
-  const rulesInPlaceAt = new Map<string, { generation: number; planKey: string }>();
-  const nftBased = deps.backend.kind === 'nft' || deps.backend.iptables.nfTables;
-  const generationOf = (netns: NetnsHandle): number | undefined => {
-    if (!nftBased || deps.nftGenerations === undefined) return undefined;
+  /** uid + netns inode → the change token at which its in-pod rules were last found in place. */
+  const rulesInPlaceAt = new Map<string, { token: number | string; planKey: string }>();
+  const { backend } = deps;
+  const nftBased = backend.kind === 'nft' || backend.iptables.nfTables;
+  /** What moves whenever the pod's rules may have changed: the nf_tables generation, or the legacy tables' fingerprint. */
+  const changeToken = (netns: NetnsHandle, plan: AmbientPodRulePlan): number | string | undefined => {
     try {
-      return deps.nftGenerations.read(netns.fd);
+      if (nftBased) return deps.nftGenerations?.read(netns.fd);
+      if (plan.backend !== 'iptables') return undefined;
+      return deps.legacyFingerprints?.fingerprint(netns.fd, iptablesFamiliesRead(plan.documents));
     } catch {
-      return undefined;
+      return undefined; // no shortcut: the rules are read
     }
   };
+  /** Whether the rules were read where the token looks (not in another backend the pod was adopted from). */
+  const readWhereTokenLooks = (inspected: InspectedCapture): boolean =>
+    nftBased ? readFromNfTables(inspected) : backend.kind === 'iptables' && inspected.iptables?.flavor === backend.iptables.flavor;
   const podRules: AmbientPodRulesAccess = deps.podRules ?? {
-    inspect: (path, plan) => inspectCapture(deps.rules, { netns: path, plan, backend: deps.backend, nftTablePrefix: 'istio-ambient-' }),
+    inspect: (path, plan) => inspectCapture(deps.rules, { netns: path, plan, backend, nftTablePrefix: 'istio-ambient-' }),
     repair: async (netns, overrides) => {
       await applyAmbientPodRules(deps.rules, { netns, config: deps.config, backend: deps.backend, overrides, reconcile: true });
     },
   };
-  let listing: { at: number; entries: Promise<ProbeSetEntry[]> } | undefined;
-  const probeSetEntries = (): Promise<ProbeSetEntry[]> => {
-    if (listing === undefined || now() - listing.at > (deps.probeSetListTtlMs ?? 5_000)) {
-      const entries = deps.sets.list();
-      listing = { at: now(), entries };
-      entries.catch(() => {
-        listing = undefined;
+  /** One probe-set listing, by pod UID, shared by the pods of a pass. */
+  let listing: { at: number; byUid: Promise<Map<string, string[]>> } | undefined;
+  const probeSetIpsOf = async (uid: string): Promise<string[]> => {
+    if (listing === undefined || now() - listing.at > (deps.probeSetListTtlMs ?? 60_000)) {
+      const byUid = deps.sets.list().then(indexByUid);
+      const taken = { at: now(), byUid };
+      listing = taken;
+      byUid.catch(() => {
+        if (listing === taken) listing = undefined;
       });
     }
-    return listing.entries;
+    return (await listing.byUid).get(uid) ?? [];
+  };
+  /**
+   * The rendered plan and its key per version of a pod object (the cache replaces the object on
+   * every update); pods with the same overrides share one plan and one key string.
+   */
+  const plans = new WeakMap<Pod, RenderedPlan>();
+  const plansByOverrides = new Map<string, RenderedPlan>();
+  const renderedPlan = (pod: Pod): RenderedPlan => {
+    const memo = plans.get(pod);
+    if (memo !== undefined) return memo;
+    const { overrides } = ambientPodOverrides(pod);
+    const overridesKey = JSON.stringify(overrides);
+    let rendered = plansByOverrides.get(overridesKey);
+    if (rendered === undefined) {
+      const plan = planAmbientPodRules(deps.config, deps.backend, overrides);
+      rendered = { overrides, plan, planKey: JSON.stringify(plan) };
+      // Overrides come from annotations: bounded so that hostile ones cannot grow it without end.
+      if (plansByOverrides.size >= 256) plansByOverrides.clear();
+      plansByOverrides.set(overridesKey, rendered);
+    }
+    plans.set(pod, rendered);
+    return rendered;
   };
 
   function candidates(): Pod[] {
@@ -141,30 +195,28 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       return { status: 'drift', drift: [{ kind: 'not_enrolled', detail }], repair: () => deps.enrol(pod, ips) };
     }
 
-    const { overrides } = ambientPodOverrides(pod);
-    const plan = planAmbientPodRules(deps.config, deps.backend, overrides);
+    const { overrides, plan, planKey } = renderedPlan(pod);
     let drift: Drift[];
     try {
       const key = `${uid}\0${netns.inode}`;
-      const planKey = JSON.stringify(plan);
-      const generation = generationOf(netns);
+      // Read before the inspection: a change made during it moves the token, so it is seen next time.
+      const token = changeToken(netns, plan);
       const seen = rulesInPlaceAt.get(key);
-      if (generation !== undefined && seen?.generation === generation && seen.planKey === planKey) drift = [];
+      if (token !== undefined && seen?.token === token && seen.planKey === planKey) drift = [];
       else {
         const inspected = await netns.use((path) => podRules.inspect(path, plan));
         drift = inspected.drift;
-        // A pod whose rules live in legacy tables (adopted) is read every time: its changes do not move the generation.
-        if (generation !== undefined && drift.length === 0 && readFromNfTables(inspected)) rulesInPlaceAt.set(key, { generation, planKey });
+        // A pod whose rules live in another backend (adopted) is read every time: its changes do not move the token.
+        if (token !== undefined && drift.length === 0 && readWhereTokenLooks(inspected)) rulesInPlaceAt.set(key, { token, planKey });
         else rulesInPlaceAt.delete(key);
       }
       // ipset prints canonical addresses; a status IP may carry a prefix length in tests and old APIs.
       const wanted = ips.map((ip) => ip.split('/')[0] ?? ip).filter((ip) => deps.config.enableIPv6 || !ip.includes(':'));
-      const ofPod = async () => (await probeSetEntries()).filter((e) => e.uid === uid).map((e) => e.ip);
-      let inSet = await ofPod();
+      let inSet = await probeSetIpsOf(uid);
       if (wanted.some((ip) => !inSet.includes(ip))) {
         // The shared listing may predate this pod's enrolment: only a fresh one can say it is missing.
         listing = undefined;
-        inSet = await ofPod();
+        inSet = await probeSetIpsOf(uid);
       }
       drift.push(...compareAmbientEnrolment(true, { probeSetIps: inSet, annotation, ztunnelHasPod: deps.ztunnel.hasPod(uid) }, wanted));
     } catch (err) {
@@ -192,6 +244,8 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
 
   return {
     targets: () => {
+      // A new pass: its pods share one fresh probe-set listing.
+      listing = undefined;
       for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
       return candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
     },
