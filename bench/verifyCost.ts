@@ -11,7 +11,8 @@
  * Not part of `make bench` (10 minutes per mode). Run alone as root after `make build`:
  * `node bench/verifyCost.ts` (MODES=sidecar,ambient; PODS=110; DURATION_S=600; SAMPLE_S=60;
  * FORCE_IPTABLES_BINARY / NATIVE_NFTABLES passed to the agents; PARALLEL=1 runs the modes at the
- * same time instead of one after the other).
+ * same time instead of one after the other; INTERVALS=0,0 runs two agents without verification, to
+ * see how far two identical agents drift apart: the noise the difference is read against).
  */
 import { loadavg } from 'node:os';
 import { namespaceObject, sidecarPod } from '../test/support/meshPods.ts';
@@ -116,9 +117,9 @@ async function sampleCpu(
 /** The agents of one mode, verification at 60 s and off, captured first, then sampled over the same window. */
 export async function benchVerifyCost(
   mode: Mode,
-  options: { pods: number; durationS: number; sampleS: number; env?: Record<string, string> },
+  options: { pods: number; durationS: number; sampleS: number; env?: Record<string, string>; intervals?: string[] },
 ): Promise<VerifyCostRun[]> {
-  const intervals = ['60s', '0'];
+  const intervals = options.intervals ?? ['60s', '0'];
   const start = mode === 'sidecar' ? sidecarAgent : ambientAgent;
   const agents: CapturedAgent[] = [];
   try {
@@ -176,6 +177,7 @@ if (import.meta.main) {
     durationS: Number(process.env.DURATION_S ?? 600),
     sampleS: Number(process.env.SAMPLE_S ?? 60),
     env,
+    ...(process.env.INTERVALS ? { intervals: process.env.INTERVALS.split(',') } : {}),
   };
   console.log(
     `# verification cost (${new Date().toISOString()}, load average ${loadavg()
