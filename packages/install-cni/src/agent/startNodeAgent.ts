@@ -1,3 +1,4 @@
+import { trimHeap } from './trimHeap.ts';
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
@@ -148,6 +149,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     },
     logger: options.logger.with({ component: 'verify' }),
     ...createVerificationMetrics(options.registry),
+    afterPass: trimHeap,
   });
   ready.then(
     () => verification.start(),
