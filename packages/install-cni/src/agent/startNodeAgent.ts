@@ -1,4 +1,3 @@
-import { trimHeap } from './trimHeap.ts';
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
@@ -149,7 +148,6 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     },
     logger: options.logger.with({ component: 'verify' }),
     ...createVerificationMetrics(options.registry),
-    afterPass: trimHeap,
   });
   ready.then(
     () => verification.start(),

@@ -64,8 +64,6 @@ export interface VerificationLoopOptions {
   clock?: VerificationClock;
   /** Uniform in [0, 1); jitter source. */
   random?: () => number;
-  /** Called after every pod of a pass was checked (the daemon trims its heap there). */
-  afterPass?: () => void;
 }
 
 export interface VerificationLoop {
@@ -202,7 +200,6 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
       if (abort.signal.aborted) return;
       await verifyDeduplicated(target);
     }
-    options.afterPass?.();
     const rest = start + options.intervalMs - clock.now();
     if (rest > 0) await clock.sleep(rest, abort.signal);
   }
