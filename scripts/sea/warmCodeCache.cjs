@@ -30,17 +30,20 @@ function start(planned) {
   run();
 }
 
+let taken = false;
+function takeCache() {
+  const tmp = `${cachePath}.tmp`;
+  fs.writeFileSync(tmp, script.createCachedData());
+  fs.renameSync(tmp, cachePath);
+  taken = true;
+}
 process.on('exit', (code) => {
-  if (code === 0 && !fs.existsSync(cachePath)) fs.writeFileSync(cachePath, script.createCachedData());
+  if (code === 0 && !taken) takeCache();
 });
 if (planPath === undefined) {
   // The daemon: the driver asks for the cache at a quiet moment of its choosing (SIGUSR2), before the
   // stop, so the paths of the shutdown (whose API requests may or may not finish first) stay out.
-  process.on('SIGUSR2', () => {
-    const tmp = `${cachePath}.tmp`;
-    fs.writeFileSync(tmp, script.createCachedData());
-    fs.renameSync(tmp, cachePath);
-  });
+  process.on('SIGUSR2', takeCache);
   run();
 } else {
   let next = 0;

@@ -47,6 +47,8 @@ export async function warmDaemonCodeCache(
   bundleFile: string,
   cacheFile: string,
 ): Promise<void> {
+  // The build dir outlives a build: the wait below must not take the last build's cache for this one's.
+  rmSync(cacheFile, { force: true });
   const root = mkdtempSync(join(tmpdir(), 'install-cni-warm-'));
   const dir = (...parts: string[]) => {
     const path = join(root, ...parts);
