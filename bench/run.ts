@@ -12,6 +12,7 @@ import { benchRobustness } from './robustness.ts';
 import { benchSidecarAdd } from './sidecarAdd.ts';
 import { benchUpstreamPeer } from './upstreamPeer.ts';
 import { benchVerifyAmbientPass } from './verifyAmbientPass.ts';
+import { benchVerifyCost, printVerifyCost } from './verifyCost.ts';
 import { benchVerifyPass, printVerifyPass } from './verifyPass.ts';
 
 const runs = Number.parseInt(process.env.RUNS ?? '30', 10);
@@ -36,6 +37,14 @@ if (process.getuid?.() === 0) {
   await bounded('bench: end-to-end sidecar ADD', 10 * MINUTE, () => benchSidecarAdd(runs));
   await bounded('bench: ambient enrolment', 15 * MINUTE, () => benchAmbient(runs));
   await bounded('bench: robustness under API faults', 15 * MINUTE, () => benchRobustness());
+  // VERIFY_COST=0 leaves out the 10 minutes of the running agents with and without verification.
+  if (process.env.VERIFY_COST !== '0') {
+    const cost = { pods: 110, durationS: 600, sampleS: 60 };
+    const byMode = await bounded('bench: the agent with continuous verification', 30 * MINUTE, () =>
+      Promise.all([benchVerifyCost('sidecar', cost), benchVerifyCost('ambient', cost)]),
+    );
+    for (const runs of byMode) printVerifyCost(runs, cost.sampleS);
+  }
   // PEER=0 leaves out the side-by-side run (it needs the e2e rig and upstream's build).
   if (process.env.PEER !== '0') {
     const peer = {

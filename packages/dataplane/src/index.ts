@@ -109,6 +109,7 @@ export {
 } from './seqpacket/seqpacketSocket.ts';
 export { type ListenSeqpacketOptions, listenSeqpacket, type SeqpacketListener } from './seqpacket/seqpacketListener.ts';
 export { KOFFI_SEA_ASSET, loadKoffi } from './seqpacket/loadKoffi.ts';
+export { trimMallocArenas } from './seqpacket/libc.ts';
 export {
   decodeWorkloadRequest,
   decodeWorkloadResponse,

@@ -33,3 +33,17 @@ test('ISTIO_CNI_KOFFI_PATH overrides the location; a bad one fails naming the pa
   assert.notEqual(bad.status, 0);
   assert.match(bad.stderr, /failed to load koffi native module "\/nonexistent\/koffi.node"/);
 });
+
+test('malloc_trim runs only in a process that loaded koffi for something else', () => {
+  const trimIn = (script: string) =>
+    spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: new URL('../', import.meta.url),
+      encoding: 'utf8',
+    });
+  const fresh = trimIn("const d = await import('@istio-cni/dataplane'); console.log(d.trimMallocArenas(), typeof d.loadedKoffi);");
+  assert.equal(fresh.stdout.trim(), 'false undefined', fresh.stderr);
+  const loaded = trimIn(
+    "const d = await import('@istio-cni/dataplane'); d.loadKoffi(); console.log(d.trimMallocArenas(), d.trimMallocArenas());",
+  );
+  assert.equal(loaded.stdout.trim(), 'true true', loaded.stderr);
+});

@@ -3,6 +3,7 @@ import { errorMessage } from '@istio-cni/cni';
 import type { HandoffServer } from './agent/handoffServer.ts';
 import type { NodeAgent } from './agent/startNodeAgent.ts';
 import { ATTACHMENTS_FILE } from './agent/attachmentStore.ts';
+import { startHeapTrimmer, v8Heap } from './heapTrimmer.ts';
 import type { DaemonState } from './doctor/doctorReport.ts';
 import { Installer, installerSettings } from './installer/installer.ts';
 import { removeUpgradeHandover, writeUpgradeHandover } from './installer/upgradeHandover.ts';
@@ -99,6 +100,12 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   installer.prepare();
   try {
     const services = await loadServices();
+    const trimmer = startHeapTrimmer({
+      intervalMs: settings.heapTrimIntervalMs,
+      heap: v8Heap(services.trimMallocArenas),
+      logger: logger.with({ component: 'heap' }),
+    });
+    closers.push(async () => trimmer.stop());
     const { createMetrics, startHandoffServer, startHealthServer, startLogSinkServer, startMetricsServer, noApiHandler } = services;
     const { startNodeTaintRemover, startRepairController } = services;
     const metrics = createMetrics();

@@ -3,6 +3,7 @@
  * installer's first pass has started (its plugin copy runs meanwhile).
  */
 export { parseEnablementSelectors } from '@istio-cni/capture';
+export { trimMallocArenas } from '@istio-cni/dataplane';
 export { startHandoffServer } from './agent/handoffServer.ts';
 export { noApiHandler } from './agent/noApiHandler.ts';
 export { startNodeAgent } from './agent/startNodeAgent.ts';

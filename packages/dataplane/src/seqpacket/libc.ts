@@ -3,7 +3,7 @@
  * koffi. Every call is non-blocking (sockets are created with SOCK_NONBLOCK); readiness comes from
  * libuv via `koffi.node.poll`, so the event loop never blocks. Linux x86-64/arm64 layouts.
  */
-import { loadKoffi, type Koffi } from './loadKoffi.ts';
+import { loadKoffi, loadedKoffi, type Koffi } from './loadKoffi.ts';
 
 export const AF_UNIX = 1;
 export const SOCK_SEQPACKET = 5;
@@ -47,6 +47,20 @@ let cached: Libc | undefined;
 export function libc(): Libc {
   cached ??= bind(loadKoffi());
   return cached;
+}
+
+let mallocTrim: ((pad: number) => number) | undefined;
+
+/**
+ * glibc's `malloc_trim(0)`: free memory in malloc's arenas handed back to the system. Only once
+ * koffi is loaded for something else (false otherwise): loading it costs more than this saves.
+ */
+export function trimMallocArenas(): boolean {
+  const koffi = loadedKoffi();
+  if (koffi === undefined) return false;
+  mallocTrim ??= koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
+  mallocTrim(0);
+  return true;
 }
 
 function bind(koffi: Koffi): Libc {

@@ -30,6 +30,11 @@ export function loadKoffi(): Koffi {
   return cached;
 }
 
+/** koffi if something already loaded it, without loading it. */
+export function loadedKoffi(): Koffi | undefined {
+  return cached;
+}
+
 function dlopen(file: { path: string; remove?: () => void }): Koffi {
   const mod = { exports: {} as Record<string, unknown> };
   try {

@@ -68,6 +68,14 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
     'every managed pod is checked against its plan once per interval, spread over it (0 = off)',
   ),
   spec('VERIFY_REPORT_ONLY', 'bool', 'false', true, 'log and count drift found by verification without repairing it'),
+  // Beyond upstream (docs/architecture.md, "Heap trims").
+  spec(
+    'HEAP_TRIM_INTERVAL',
+    'string',
+    '60s',
+    false,
+    'how often the daemon hands back heap it grew by 1 MiB or more since the last time (0 = leave it to V8)',
+  ),
   // Env-only (viper keys without flags).
   spec('REPAIR_REPAIR_PODS', 'bool', 'false', false, 'repair pods in place'),
   spec('EXCLUDE_NAMESPACES', 'list', '', false, 'namespaces the plugin skips'),

@@ -65,6 +65,8 @@ export interface Settings {
   nodeTaint: NodeTaintSettings;
   /** VERIFY_INTERVAL in milliseconds; 0 = no periodic verification. */
   verifyIntervalMs: number;
+  /** HEAP_TRIM_INTERVAL in milliseconds; 0 = V8's memory reducer alone. */
+  heapTrimIntervalMs: number;
   verifyReportOnly: boolean;
   excludeNamespaces: string[];
   podNamespace: string;
@@ -197,6 +199,7 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
     },
     nodeTaint: { enabled: bool('NODE_TAINT_ENABLED'), key: str('NODE_TAINT_KEY') },
     verifyIntervalMs: guard(60_000, () => parseDurationMs('VERIFY_INTERVAL', raw('VERIFY_INTERVAL'))),
+    heapTrimIntervalMs: guard(60_000, () => parseDurationMs('HEAP_TRIM_INTERVAL', raw('HEAP_TRIM_INTERVAL'))),
     verifyReportOnly: bool('VERIFY_REPORT_ONLY'),
     excludeNamespaces: list('EXCLUDE_NAMESPACES'),
     podNamespace: str('POD_NAMESPACE'),
