@@ -1,5 +1,6 @@
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { errorMessage } from '@istio-cni/cni';
 import type { Logger } from '@istio-cni/handoff';
 
 /** What the trimmer reads and does; the daemon's are V8's (`v8Heap()`), tests pass their own. */
@@ -44,13 +45,24 @@ export function startHeapTrimmer(options: HeapTrimmerOptions): HeapTrimmer {
   const threshold = options.thresholdBytes ?? DEFAULT_HEAP_TRIM_THRESHOLD_BYTES;
   const now = options.now ?? (() => performance.now());
   let baseline = options.heap.committedBytes();
+  let failed = false;
+  let timer: NodeJS.Timeout | undefined;
   const check = (): boolean => {
+    if (failed) return false;
     const before = options.heap.committedBytes();
     // V8 handing memory back by itself lowers the mark too: growth counts from the lowest level seen.
     if (before < baseline) baseline = before;
     if (before - baseline < threshold) return false;
     const start = now();
-    options.heap.collect();
+    try {
+      options.heap.collect();
+    } catch (err) {
+      // Memory is kept, never the daemon lost: V8's own memory reducer goes on.
+      failed = true;
+      clearInterval(timer);
+      options.logger.warn('heap trim failed; no more trims until restart', { error: errorMessage(err) });
+      return false;
+    }
     const after = options.heap.committedBytes();
     baseline = after;
     options.logger.info('heap trimmed', {
@@ -60,7 +72,7 @@ export function startHeapTrimmer(options: HeapTrimmerOptions): HeapTrimmer {
     });
     return true;
   };
-  const timer = options.intervalMs > 0 ? setInterval(check, options.intervalMs) : undefined;
+  if (options.intervalMs > 0) timer = setInterval(check, options.intervalMs);
   timer?.unref();
   return {
     check,

@@ -63,6 +63,23 @@ test('memory V8 hands back by itself lowers the mark growth is measured from', (
   assert.equal(t.check(), true, 'grown 1 MiB over 14, though 5 below the start');
 });
 
+test('a collection that throws is logged once and trimming stops; the daemon goes on', () => {
+  const heap = fakeHeap(16 * MiB, 15 * MiB);
+  heap.collect = () => {
+    heap.collections++;
+    throw new Error('no gc here');
+  };
+  const { t, log } = trimmer(heap);
+  heap.committed = 20 * MiB;
+  assert.equal(t.check(), false);
+  assert.equal(t.check(), false);
+  assert.equal(heap.collections, 1);
+  assert.deepEqual(
+    log.lines.map((l) => [l.level, l.msg, l.error]),
+    [['warn', 'heap trim failed; no more trims until restart', 'no gc here']],
+  );
+});
+
 test('HEAP_TRIM_INTERVAL=0 starts no timer; with an interval the timer does not keep the process alive', () => {
   const heap = fakeHeap(16 * MiB, 15 * MiB);
   const off = startHeapTrimmer({ intervalMs: 0, heap, logger: captureLogger().logger });
