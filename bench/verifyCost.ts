@@ -64,19 +64,18 @@ async function memoryBreakdown(agent: CapturedAgent): Promise<Record<string, num
       if (m) out[`smaps ${key}`] = Number(m[1]) / 1024;
     }
     // By mapping: malloc's main arena ([heap]), koffi (the FFI the generation reads load), other anonymous.
-    let name = '';
-    const rss: Record<string, number> = { '[heap]': 0, koffi: 0, 'anonymous mappings': 0 };
+    const byMapping = { '[heap]': 0, koffi: 0, 'anonymous mappings': 0 };
+    let bucket: keyof typeof byMapping | undefined;
     for (const line of readFileSync(`/proc/${agent.pid}/smaps`, 'utf8').split('\n')) {
       const header = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
-      if (header) name = header[1] ?? '';
+      if (header) {
+        const name = header[1] ?? '';
+        bucket = name === '[heap]' ? '[heap]' : name.includes('koffi') ? 'koffi' : name === '' ? 'anonymous mappings' : undefined;
+      }
       const m = /^Rss:\s+(\d+) kB$/.exec(line);
-      if (!m) continue;
-      const kib = Number(m[1]);
-      if (name === '[heap]') rss['[heap]'] = (rss['[heap]'] ?? 0) + kib;
-      else if (name.includes('koffi')) rss.koffi = (rss.koffi ?? 0) + kib;
-      else if (name === '') rss['anonymous mappings'] = (rss['anonymous mappings'] ?? 0) + kib;
+      if (m && bucket !== undefined) byMapping[bucket] += Number(m[1]);
     }
-    for (const [k, kib] of Object.entries(rss)) out[`smaps ${k}`] = kib / 1024;
+    for (const [k, kib] of Object.entries(byMapping)) out[`smaps ${k}`] = kib / 1024;
   } catch {
     // gone
   }
@@ -114,15 +113,7 @@ async function sidecarAgent(env: Record<string, string>, pods: number): Promise<
     if (pid === undefined) throw new Error('the agent has no pid');
     const port = rig.daemon.monitoringPort;
     const metrics = async () => (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    const trims = () =>
-      rig.daemon.lines.flatMap((l) => {
-        try {
-          const e = JSON.parse(l) as Record<string, unknown>;
-          return e.msg === 'heap trimmed' ? [e] : [];
-        } catch {
-          return [];
-        }
-      });
+    const trims = () => rig.daemon.entries.filter((e) => e.msg === 'heap trimmed');
     return { pid, metrics, trims, close };
   } catch (err) {
     await close();

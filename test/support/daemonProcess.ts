@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from 'nod
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { watchDaemonLog } from './watchDaemonLog.ts';
+import { type LogEntry, watchDaemonLog } from './watchDaemonLog.ts';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
 /** The executables under test: `dist/`, or another build's directory (ISTIO_CNI_DIST, for comparing builds). */
@@ -66,6 +66,8 @@ export interface DaemonProcess {
   child: ChildProcess;
   /** Every line the daemon logged so far. */
   lines: string[];
+  /** The lines that parsed as JSON log entries. */
+  entries: LogEntry[];
   readinessPort: number;
   monitoringPort: number;
   /** Resolves once a log line matches. */
@@ -124,6 +126,7 @@ export async function startDaemon(
   const daemon: DaemonProcess = {
     child,
     lines: log.lines,
+    entries: log.entries,
     readinessPort,
     monitoringPort,
     waitForLog: log.waitForLog,

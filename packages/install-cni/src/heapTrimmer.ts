@@ -14,11 +14,8 @@ export interface HeapAccess {
 export interface HeapTrimmerOptions {
   /** How often the heap is looked at (HEAP_TRIM_INTERVAL); `0`: never (V8's own memory reducer only). */
   intervalMs: number;
-  /** Growth over the level after the last collection that makes the next check collect. */
-  thresholdBytes?: number;
   heap: HeapAccess;
   logger: Logger;
-  now?: () => number;
 }
 
 export interface HeapTrimmer {
@@ -27,7 +24,8 @@ export interface HeapTrimmer {
   stop(): void;
 }
 
-export const DEFAULT_HEAP_TRIM_THRESHOLD_BYTES = 1024 * 1024;
+/** Growth over the level at the start or after the last collection that makes a check collect. */
+const THRESHOLD_BYTES = 1024 * 1024;
 
 const mib = (bytes: number) => Math.round((bytes / 1048576) * 100) / 100;
 
@@ -42,8 +40,6 @@ const mib = (bytes: number) => Math.round((bytes / 1048576) * 100) / 100;
  * memory-reducing collection runs. A heap that does not grow costs one `getHeapStatistics()` per interval.
  */
 export function startHeapTrimmer(options: HeapTrimmerOptions): HeapTrimmer {
-  const threshold = options.thresholdBytes ?? DEFAULT_HEAP_TRIM_THRESHOLD_BYTES;
-  const now = options.now ?? (() => performance.now());
   let baseline = options.heap.committedBytes();
   let failed = false;
   let timer: NodeJS.Timeout | undefined;
@@ -52,8 +48,8 @@ export function startHeapTrimmer(options: HeapTrimmerOptions): HeapTrimmer {
     const before = options.heap.committedBytes();
     // V8 handing memory back by itself lowers the mark too: growth counts from the lowest level seen.
     if (before < baseline) baseline = before;
-    if (before - baseline < threshold) return false;
-    const start = now();
+    if (before - baseline < THRESHOLD_BYTES) return false;
+    const start = performance.now();
     try {
       options.heap.collect();
     } catch (err) {
@@ -68,7 +64,7 @@ export function startHeapTrimmer(options: HeapTrimmerOptions): HeapTrimmer {
     options.logger.info('heap trimmed', {
       committedMiB: mib(before),
       afterMiB: mib(after),
-      ms: Math.round((now() - start) * 10) / 10,
+      ms: Math.round((performance.now() - start) * 10) / 10,
     });
     return true;
   };

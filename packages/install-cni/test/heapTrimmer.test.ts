@@ -22,7 +22,7 @@ function fakeHeap(committed: number, live: number): HeapAccess & { committed: nu
 
 function trimmer(heap: HeapAccess) {
   const log = captureLogger();
-  const t = startHeapTrimmer({ intervalMs: 0, heap, logger: log.logger, thresholdBytes: MiB });
+  const t = startHeapTrimmer({ intervalMs: 0, heap, logger: log.logger });
   return { t, log };
 }
 

@@ -65,9 +65,9 @@ export interface Settings {
   nodeTaint: NodeTaintSettings;
   /** VERIFY_INTERVAL in milliseconds; 0 = no periodic verification. */
   verifyIntervalMs: number;
+  verifyReportOnly: boolean;
   /** HEAP_TRIM_INTERVAL in milliseconds; 0 = V8's memory reducer alone. */
   heapTrimIntervalMs: number;
-  verifyReportOnly: boolean;
   excludeNamespaces: string[];
   podNamespace: string;
   ambientEnablementSelector: string;
@@ -199,8 +199,8 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
     },
     nodeTaint: { enabled: bool('NODE_TAINT_ENABLED'), key: str('NODE_TAINT_KEY') },
     verifyIntervalMs: guard(60_000, () => parseDurationMs('VERIFY_INTERVAL', raw('VERIFY_INTERVAL'))),
-    heapTrimIntervalMs: guard(60_000, () => parseDurationMs('HEAP_TRIM_INTERVAL', raw('HEAP_TRIM_INTERVAL'))),
     verifyReportOnly: bool('VERIFY_REPORT_ONLY'),
+    heapTrimIntervalMs: guard(60_000, () => parseDurationMs('HEAP_TRIM_INTERVAL', raw('HEAP_TRIM_INTERVAL'))),
     excludeNamespaces: list('EXCLUDE_NAMESPACES'),
     podNamespace: str('POD_NAMESPACE'),
     ambientEnablementSelector: str('AMBIENT_ENABLEMENT_SELECTOR'),
