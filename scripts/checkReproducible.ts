@@ -1,18 +1,18 @@
 /**
  * Checks the build is reproducible: builds the executables again into a scratch directory and
  * compares their sha256 with dist/'s (which `make reproducible` has just built from the same
- * sources). Exits 1 naming every executable whose bytes differ.
+ * sources). Exits 1 naming every executable whose bytes differ, and for each the parts of the build
+ * that differ (reproducible/buildParts.ts): the bundle, the code cache, the SEA blob, the Bun plugin's recorded
+ * bytecode order, or only the final packing.
  */
 import { spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { differingParts, sha256 } from './reproducible/buildParts.ts';
 
 const root = resolve(import.meta.dirname, '..');
 const EXECUTABLES = ['istio-cni', 'install-cni'];
-
-const sha256 = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
 
 const scratch = mkdtempSync(join(tmpdir(), 'istio-cni-reproducible-'));
 try {
@@ -23,7 +23,11 @@ try {
     const first = sha256(join(root, 'dist', name));
     const second = sha256(join(scratch, name));
     console.log(`${first}  dist/${name}\n${second}  (second build) ${name}`);
-    if (first !== second) differ++;
+    if (first === second) continue;
+    differ++;
+    console.error(`${name} differs:`);
+    for (const line of differingParts(name, join(root, 'build'), join(scratch, 'build'), join(root, 'dist', name), join(scratch, name)))
+      console.error(`  ${line}`);
   }
   if (differ > 0) {
     console.error(`not reproducible: ${differ} executable(s) differ between two builds of the same sources`);

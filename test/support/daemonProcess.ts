@@ -91,18 +91,20 @@ async function waitForReadyz(port: number, daemon: DaemonProcess, timeoutMs = 20
 }
 
 /**
- * Starts `dist/install-cni` against a scratch host root. Without a KUBECONFIG in `extraEnv` the
- * agent has no API access. Resolves once `/readyz` answers 200 (unless `waitReady` is false).
+ * Starts `dist/install-cni` (or `executable`, another build of it) against a scratch host root.
+ * Without a KUBECONFIG in `extraEnv` the agent has no API access. Resolves once `/readyz` answers 200
+ * (unless `waitReady` is false).
  */
 export async function startDaemon(
   root: HostRoot,
   extraEnv: Record<string, string> = {},
   waitReady = true,
   args: string[] = [],
+  executable = DAEMON,
 ): Promise<DaemonProcess> {
   const readinessPort = await freePort();
   const monitoringPort = await freePort();
-  const child = spawn(DAEMON, args, {
+  const child = spawn(executable, args, {
     env: {
       PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
       CNI_BIN_SOURCE_DIR: root.binSource,
