@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KUBELET_KERNEL_TUNABLES } from '../cluster/node.ts';
 import { cgroupHierarchies } from './cgroupHierarchies.ts';
+import { putBackFirstUseArtefacts } from './firstUseArtefacts.ts';
 import { type HostSnapshot, hostLeaks, normalizeRuleDump, persistentLeaks } from './hostLeaks.ts';
 import { runCommand } from './runCommand.ts';
 
@@ -132,12 +133,16 @@ const SETTLE_STEP_MS = 2000;
 /**
  * What the host holds now and did not at `before`, looked at again every 2 s for up to `settleMs`
  * while anything is reported: what another process on the machine had up for a while (its own
- * test's netns, a veth, a short-lived agent) drops out; what a run left behind stays.
+ * test's netns, a veth, a short-lived agent) drops out; what a run left behind stays. Each look first
+ * puts back what the run's first use of the host's tools created, once nothing uses it
+ * (firstUseArtefacts.ts).
  */
 export async function settledHostLeaks(before: HostSnapshot, settleMs: number): Promise<string[]> {
+  await putBackFirstUseArtefacts(before);
   let leaks = hostLeaks(before, await takeHostSnapshot());
   for (let waited = 0; leaks.length > 0 && waited < settleMs; waited += SETTLE_STEP_MS) {
     await sleep(SETTLE_STEP_MS);
+    await putBackFirstUseArtefacts(before);
     leaks = persistentLeaks(leaks, hostLeaks(before, await takeHostSnapshot()));
   }
   return leaks;
