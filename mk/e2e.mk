@@ -8,15 +8,23 @@
 E2E_TESTS := test/e2e/*.test.ts
 # Where the rig (test/e2e/rig/build.sh) and upstream's agent for the switch scenario are cached.
 E2E_CACHE ?= $(CURDIR)/.e2e-cache
+# The rig depends on its pinned versions only, so a machine keeps one for all its checkouts: as root,
+# a checkout without .e2e-cache links it to this directory (a fresh clone, CI's among them, reuses
+# what an earlier clone built; each component is rebuilt when its version changes). Empty: a private
+# .e2e-cache per checkout. The build scripts lock it, so two checkouts never build into it at once.
+E2E_SHARED_CACHE ?= /var/cache/istio-cni/e2e
 
 .PHONY: e2e-rig e2e manifests
 
 e2e-rig:
-	E2E_CACHE=$(E2E_CACHE) bash test/e2e/rig/build.sh
+	@if [ "$(E2E_CACHE)" = "$(CURDIR)/.e2e-cache" ] && [ ! -e .e2e-cache ] && [ ! -L .e2e-cache ] && [ -n "$(E2E_SHARED_CACHE)" ] \
+	  && [ "$$(id -u)" = 0 ] && mkdir -p "$(E2E_SHARED_CACHE)"; then \
+	  ln -s "$(E2E_SHARED_CACHE)" .e2e-cache && echo "e2e rig cache: .e2e-cache -> $(E2E_SHARED_CACHE) (shared by this machine's checkouts)"; fi
+	E2E_CACHE=$(E2E_CACHE) $(PHASE) e2e-rig bash test/e2e/rig/build.sh
 
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
 e2e: setup e2e-rig build upstream-image upstream-chart
-	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
+	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(PHASE) 'e2e tests' $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
 	$(run-cluster-tests)
 
 # Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm, for the rig's Kubernetes version.

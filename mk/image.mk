@@ -15,7 +15,7 @@ CONTAINER_BUILDER ?= $(firstword $(foreach b,docker podman buildah,$(shell comma
 .PHONY: image image-docker image-name
 
 image: build
-	$(NODE) scripts/image/build.ts $(IMAGE)
+	$(PHASE) image $(NODE) scripts/image/build.ts $(IMAGE)
 
 # The reference `make image` records in the archive (for scripts that import it).
 image-name:
@@ -45,11 +45,11 @@ UPSTREAM_CHART_DIR = $(UPSTREAM_CACHE)/upstream-chart/$(UPSTREAM_ISTIO_VERSION)/
 .PHONY: upstream-image upstream-image-name upstream-chart
 
 upstream-image: image
-	BENCH_CACHE=$(UPSTREAM_CACHE) nice -n 19 bash bench/upstream/build.sh
+	BENCH_CACHE=$(UPSTREAM_CACHE) $(PHASE) 'upstream build' nice -n 19 bash bench/upstream/build.sh
 	@$(MAKE) --no-print-directory $(UPSTREAM_IMAGE_ARCHIVE)
 
 $(UPSTREAM_IMAGE_ARCHIVE): $(UPSTREAM_CACHE)/bin/.upstream-istio-cni.stamp scripts/image/buildUpstream.ts scripts/image/packImage.ts
-	$(NODE) scripts/image/buildUpstream.ts $(UPSTREAM_IMAGE) $(UPSTREAM_CACHE)/bin
+	$(PHASE) 'upstream image' $(NODE) scripts/image/buildUpstream.ts $(UPSTREAM_IMAGE) $(UPSTREAM_CACHE)/bin
 
 upstream-image-name:
 	@echo $(UPSTREAM_IMAGE)

@@ -16,6 +16,12 @@ ISTIO_VERSION="${ISTIO_VERSION:-v0.0.0-20260827124520-eed52ebb66ad}"
 TAGS="agent,disable_pgv,grpcnotrace,retrynotrace"
 
 mkdir -p "$BIN" "$WORK"
+# The cache may be shared by several checkouts (mk/e2e.mk, E2E_SHARED_CACHE): one build at a time.
+exec 9>"$CACHE/.build.lock"
+if ! flock -n 9; then
+  echo "upstream build: another checkout is building into $CACHE; waiting for it" >&2
+  flock 9
+fi
 export GOPATH="$CACHE/go"
 export GOMODCACHE="$CACHE/go/pkg/mod"
 export GOCACHE="$CACHE/go-build"

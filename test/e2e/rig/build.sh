@@ -40,6 +40,12 @@ STAGING_MODULES=(
 )
 
 mkdir -p "$BIN" "$WORK"
+# The cache may be shared by several checkouts (mk/e2e.mk, E2E_SHARED_CACHE): one build at a time.
+exec 9>"$CACHE/.build.lock"
+if ! flock -n 9; then
+  echo "e2e rig: another checkout is building into $CACHE; waiting for it" >&2
+  flock 9
+fi
 export GOPATH="$CACHE/go"
 export GOMODCACHE="$CACHE/go/pkg/mod"
 export GOCACHE="$CACHE/go-build"
@@ -177,10 +183,15 @@ prepare_kubernetes_module() {
   (cd "$dir" && "$GO" get "k8s.io/kubernetes@$KUBERNETES_VERSION") && echo "$key" >"$dir/.key"
 }
 
-# build_kubernetes_binary NAME: k8s.io/kubernetes/cmd/NAME with the version stamped the way the
-# release build does (otherwise every binary reports v0.0.0-master).
-build_kubernetes_binary() {
-  local name="$1" dir="$WORK/kubernetes"
+# The Kubernetes binaries the rig runs, from k8s.io/kubernetes/cmd: the control plane, and the kubelet
+# and kubectl of `make up` (and the e2e cluster scenarios).
+KUBERNETES_BINARIES=(kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
+
+# All of them in one `go build`: the packages they share compile once, and the links (the longest
+# single-threaded part) run side by side. Versions stamped the way the release build does
+# (otherwise every binary reports v0.0.0-master).
+build_kubernetes() {
+  local dir="$WORK/kubernetes" name pkgs=() gets=()
   prepare_kubernetes_module || return 1
   local minor="${KUBERNETES_VERSION#v1.}"
   minor="${minor%%.*}"
@@ -188,16 +199,13 @@ build_kubernetes_binary() {
   x+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   x+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
   x+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  (cd "$dir" && "$GO" get "k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION" \
-    && "$GO" build -ldflags="$LDFLAGS $x" -o "$BIN/$name" "k8s.io/kubernetes/cmd/$name")
+  for name in "${KUBERNETES_BINARIES[@]}"; do
+    pkgs+=("k8s.io/kubernetes/cmd/$name")
+    gets+=("k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION")
+  done
+  (cd "$dir" && "$GO" get "${gets[@]}" \
+    && "$GO" build -ldflags="$LDFLAGS $x" -o "$BIN/" "${pkgs[@]}")
 }
-
-build_kube_apiserver() { build_kubernetes_binary kube-apiserver; }
-build_kube_controller_manager() { build_kubernetes_binary kube-controller-manager; }
-build_kube_scheduler() { build_kubernetes_binary kube-scheduler; }
-build_kubelet() { build_kubernetes_binary kubelet; }
-# The client `make up` prints commands for, at the cluster's version (a machine's kubectl may lag it).
-build_kubectl() { build_kubernetes_binary kubectl; }
 
 build_crictl() {
   "$GO" install -ldflags="$LDFLAGS -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
@@ -252,11 +260,5 @@ run_step etcd "$ETCD_VERSION" build_etcd
 run_step crictl "$CRI_TOOLS_VERSION" build_crictl
 run_step cnitool "$CNI_VERSION" build_cnitool
 run_step helm "$HELM_VERSION" build_helm
-kubernetes_key="$KUBERNETES_VERSION staging $STAGING_VERSION"
-run_step kube-apiserver "$kubernetes_key" build_kube_apiserver
-# The cluster of `make up` (and the e2e scenarios on it) adds these three.
-run_step kube-scheduler "$kubernetes_key" build_kube_scheduler
-run_step kube-controller-manager "$kubernetes_key" build_kube_controller_manager
-run_step kubelet "$kubernetes_key" build_kubelet
-run_step kubectl "$kubernetes_key" build_kubectl
+run_step kubernetes "$KUBERNETES_VERSION staging $STAGING_VERSION ${KUBERNETES_BINARIES[*]}" build_kubernetes
 printf '%-24s %7ss (log: %s)\n' total "$(since "$TOTAL_START")" "$BUILD_LOG" >&2
