@@ -24,7 +24,7 @@ e2e-rig:
 
 # Needs root: it runs containerd, creates network namespaces and touches the host's nat table.
 e2e: setup e2e-rig build upstream-image upstream-chart
-	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(PHASE) 'e2e tests' $(NODE) --test --test-reporter=spec --test-timeout=$(TEST_TIMEOUT_MS) --test-concurrency=1 $(E2E_TESTS)
+	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(PHASE) 'e2e tests' $(call node_test,$(E2E_TEST_TIMEOUT_MS)) --test-concurrency=1 $(E2E_TESTS)
 	$(run-cluster-tests)
 
 # Rewrites manifests/istio-cni.yaml (the chart's default rendering) with the rig's helm, for the rig's Kubernetes version.

@@ -76,6 +76,11 @@ for (const backend of backends)
         add: (i) => add(round[i]!),
         outcome: 'enrolled',
         during,
+      }).catch((err: unknown) => {
+        // Why the agent kept refusing is in its own log, not in the plugin's answer alone.
+        const refusals = rig.daemon.lines.filter((l) => /"level":"(warn|error)"/.test(l));
+        t.diagnostic(`the agent's last warnings and errors:\n${refusals.slice(-30).join('\n')}`);
+        throw err;
       });
       for (const s of round) {
         assert.equal(rig.api.getPod(NS, s.name)?.metadata.annotations?.[REDIRECTION], 'enabled', `${s.name} annotated`);
