@@ -128,7 +128,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     if (taint) closers.push(async () => taint.stop());
     let metricsServer: HttpServerHandle | undefined;
     if (settings.monitoringPort > 0) {
-      const server = await startMetricsServer(settings.monitoringPort, metrics.registry, logger);
+      const server = await startMetricsServer(settings.monitoringPort, metrics.registry, logger, settings.monitoringAddress);
       metricsServer = server;
       closers.push(() => server.close());
     }
@@ -143,6 +143,7 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     const health = await startHealthServer(
       settings.readinessPort,
       () => readiness.install && (readiness.agent || !settings.ambientEnabled),
+      settings.readinessAddress,
     );
     closers.push(() => health.close());
     agent = startAgent(services, opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);

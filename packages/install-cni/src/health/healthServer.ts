@@ -3,9 +3,9 @@ import { listenHttp, type HttpServerHandle } from '../metrics/metricsServer.ts';
 
 /**
  * `/healthz` is always 200 (the process is alive); `/readyz` is 200 only while `ready()` holds
- * (docs/architecture.md "Readiness"), else 503.
+ * (docs/architecture.md "Readiness"), else 503. `address` '' listens on every address.
  */
-export function startHealthServer(port: number, ready: () => boolean): Promise<HttpServerHandle> {
+export function startHealthServer(port: number, ready: () => boolean, address = ''): Promise<HttpServerHandle> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '').split('?')[0];
     if (path === '/healthz') {
@@ -17,5 +17,5 @@ export function startHealthServer(port: number, ready: () => boolean): Promise<H
       res.writeHead(404).end();
     }
   });
-  return listenHttp(server, port);
+  return listenHttp(server, port, address || undefined);
 }

@@ -26,8 +26,8 @@ export async function listenHttp(server: Server, port: number, host?: string): P
   };
 }
 
-/** Prometheus text on `GET /metrics` (`:15014` by default). */
-export function startMetricsServer(port: number, registry: Registry, logger: Logger): Promise<HttpServerHandle> {
+/** Prometheus text on `GET /metrics` (`:15014` by default); `address` '' listens on every address. */
+export function startMetricsServer(port: number, registry: Registry, logger: Logger, address = ''): Promise<HttpServerHandle> {
   const server = createServer((req, res) => {
     if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
       res.writeHead(404).end();
@@ -41,5 +41,5 @@ export function startMetricsServer(port: number, registry: Registry, logger: Log
       },
     );
   });
-  return listenHttp(server, port);
+  return listenHttp(server, port, address || undefined);
 }

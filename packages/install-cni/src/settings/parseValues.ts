@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { parseEnablementSelectors as validateEnablementSelectors, type EnablementSelector, type LabelSelector } from '@istio-cni/capture';
 import YAML from 'yaml';
 import { parseLogThreshold, type LogThreshold } from '@istio-cni/handoff';
@@ -28,6 +29,14 @@ export function parsePort(setting: string, value: string): number {
   const n = parseInteger(setting, value);
   if (n < 0 || n > 65535) throw new SettingsError(`invalid ${setting} ${JSON.stringify(value)}: want a port 0-65535`);
   return n;
+}
+
+/** An address to listen on: an IPv4 or IPv6 literal, or empty for every address (never a host name to resolve). */
+export function parseListenAddress(setting: string, value: string): string {
+  const v = value.trim();
+  if (v !== '' && isIP(v) === 0)
+    throw new SettingsError(`invalid ${setting} ${JSON.stringify(value)}: want an IP address, or empty for every address`);
+  return v;
 }
 
 /** A file mode: decimal (`384`), or octal with a leading `0`/`0o` (`0600`), as viper's cast does. */

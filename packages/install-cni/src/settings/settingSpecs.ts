@@ -28,6 +28,9 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   spec('HOST_PROC_DIR', 'string', '/host/proc', true, 'host procfs'),
   spec('READINESS_PORT', 'port', '8000', true, 'port of /healthz and /readyz (0 picks a free port)'),
   spec('MONITORING_PORT', 'int', '15014', true, 'port of /metrics (<= 0 disables)'),
+  // Beyond upstream, which listens on every address: a node can keep both off its external network.
+  spec('READINESS_ADDRESS', 'string', '', true, 'IP address /healthz and /readyz listen on (empty = every address, as upstream)'),
+  spec('MONITORING_ADDRESS', 'string', '', true, 'IP address /metrics listens on (empty = every address, as upstream)'),
   // Installer.
   spec('CNI_CONF_NAME', 'string', '', true, 'primary CNI config file to modify; empty = auto-detect'),
   spec('CHAINED_CNI_PLUGIN', 'bool', 'true', true, 'install as a chained plugin (else standalone)'),

@@ -10,6 +10,7 @@ import {
   parseInteger,
   parseList,
   parseLogOutputLevel,
+  parseListenAddress,
   parsePort,
   type EnablementSelector,
   type LogLevels,
@@ -46,8 +47,12 @@ export interface Settings {
   serviceAccountDir: string;
   hostProcDir: string;
   readinessPort: number;
+  /** IP literal the health server listens on; '' = every address. */
+  readinessAddress: string;
   /** `<= 0` disables the metrics server. */
   monitoringPort: number;
+  /** IP literal the metrics server listens on; '' = every address. */
+  monitoringAddress: string;
   cniConfName: string;
   chainedCniPlugin: boolean;
   istioOwnedCniConfig: boolean;
@@ -156,6 +161,7 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
   const bool = (n: string) => guard(false, () => parseBool(n, raw(n)));
   const int = (n: string) => guard(0, () => parseInteger(n, raw(n)));
   const port = (n: string) => guard(0, () => parsePort(n, raw(n)));
+  const address = (n: string) => guard('', () => parseListenAddress(n, raw(n)));
   const list = (n: string) => parseList(raw(n));
 
   const serviceAccountDir = str('SERVICE_ACCOUNT_DIR');
@@ -170,7 +176,9 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
     serviceAccountDir,
     hostProcDir: str('HOST_PROC_DIR'),
     readinessPort: port('READINESS_PORT'),
+    readinessAddress: address('READINESS_ADDRESS'),
     monitoringPort,
+    monitoringAddress: address('MONITORING_ADDRESS'),
     cniConfName: str('CNI_CONF_NAME'),
     chainedCniPlugin: bool('CHAINED_CNI_PLUGIN'),
     istioOwnedCniConfig: bool('ISTIO_OWNED_CNI_CONFIG'),
