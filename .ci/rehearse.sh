@@ -16,8 +16,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 if [[ "${ISTIO_CNI_REHEARSAL:-}" == "" ]]; then
   [[ "$(id -u)" == 0 ]] || { echo "rehearse.sh: needs root (a private mount namespace, the tests' netns)" >&2; exit 1; }
   scratch="$(mktemp -d /var/tmp/istio-cni-rehearsal.XXXXXX)"
-  git clone --quiet --no-hardlinks "$repo" "$scratch/checkout"
-  echo "rehearse.sh: $(git -C "$scratch/checkout" log -1 --format='%h %s') in $scratch/checkout" >&2
+  # The checkout sits one level down: .ci/isolate.sh covers its parent with an empty tmpfs, which
+  # must not be where HOME and the rig cache are (the rig, several GB, went to memory and was lost).
+  git clone --quiet --no-hardlinks "$repo" "$scratch/clone/checkout"
+  echo "rehearse.sh: $(git -C "$scratch/clone/checkout" log -1 --format='%h %s') in $scratch/clone/checkout" >&2
   status=0
   ISTIO_CNI_REHEARSAL="$scratch" unshare --mount --propagation private -- "$repo/.ci/rehearse.sh" || status=$?
   if $keep; then echo "rehearse.sh: kept $scratch" >&2; else rm -rf "$scratch"; fi
@@ -42,5 +44,5 @@ mount -t tmpfs -o mode=0755 istio-cni-rehearsal-run /run
 for entry in "${skeleton[@]}"; do mkdir -m "${entry##*:}" "/run/${entry%:*}"; done
 [[ -d /var/lib/cni ]] && mount -t tmpfs -o mode=0755 istio-cni-rehearsal-cni /var/lib/cni
 mkdir -p "$scratch/home" "$scratch/e2e-cache"
-cd "$scratch/checkout"
+cd "$scratch/clone/checkout"
 HOME="$scratch/home" npm_config_cache="$scratch/home/.npm" E2E_SHARED_CACHE="$scratch/e2e-cache" CI=true bash .ci/run </dev/null
