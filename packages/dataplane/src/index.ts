@@ -110,6 +110,7 @@ export {
 export { type ListenSeqpacketOptions, listenSeqpacket, type SeqpacketListener } from './seqpacket/seqpacketListener.ts';
 export { KOFFI_SEA_ASSET, loadKoffi } from './seqpacket/loadKoffi.ts';
 export { trimMallocArenas } from './seqpacket/libc.ts';
+export { defaultPeerUids, type PeerCredentials, peerCredentials, refusedPeer } from './seqpacket/peerCredentials.ts';
 export {
   decodeWorkloadRequest,
   decodeWorkloadResponse,

@@ -483,3 +483,30 @@ test('hasPod: unknown until the snapshot is acked, then what the newest ztunnel 
   await r.server.podDeleted('pod-a');
   assert.equal(r.server.hasPod('pod-a'), false);
 });
+
+test('a peer whose uid is not allowed is disconnected before any pod is sent, and named in the log', async (t) => {
+  const own = process.geteuid?.() ?? 0;
+  const r = await rig(t, { peerUids: new Set([own + 1]) });
+  addPod(r, 'pod-a', NS.a);
+  const peer = await connectSeqpacket(r.path);
+  t.after(() => peer.close());
+  // The server closes the connection at accept: the peer reads EOF, never a snapshot.
+  await assert.rejects(
+    peer.receive({ timeoutMs: 10_000, maxBytes: 4096, acceptFds: true }),
+    (err: unknown) => err instanceof SeqpacketError && err.code === 'ERR_SEQPACKET_EOF',
+  );
+  assert.equal(r.server.connectionCount(), 0);
+  assert.ok(
+    r.logs.some(
+      (l) => l.startsWith('warn: refused a ZDS connection') && l.includes(`"peer_uid":${own}`) && l.includes(`"peer_pid":${process.pid}`),
+    ),
+    r.logs.join('\n'),
+  );
+});
+
+test('by default root and the agent own uid are allowed: this process, as its own peer, connects', async (t) => {
+  const r = await rig(t);
+  const z = await r.fake();
+  await z.waitFor(() => z.snapshots[0] === 1, 'snapshot');
+  assert.equal(r.logs.filter((l) => l.includes('refused a ZDS connection')).length, 0);
+});

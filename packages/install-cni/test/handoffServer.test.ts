@@ -45,6 +45,34 @@ describe('hand-off server', () => {
     assert.throws(() => statSync(path), /ENOENT/);
   });
 
+  it('disconnects a peer whose uid is not allowed before reading its request, and names it in the log', async () => {
+    const own = process.geteuid?.() ?? 0;
+    const lines: string[] = [];
+    const socketPath = join(dir, 'peer', 'pluginevent.sock');
+    let handled = 0;
+    const server = await startHandoffServer({
+      socketPath,
+      handler: async () => {
+        handled++;
+        return { protocol: 1, verdict: 'ok' };
+      },
+      logger: createJsonLogger({ scope: 'test', threshold: 'debug', sink: (l) => lines.push(l) }),
+      peerUids: new Set([own + 1]),
+    });
+    try {
+      await assert.rejects(postJson(socketPath, HANDOFF_PATH, request, 2000), /ECONNRESET|socket hang up|EPIPE/);
+      assert.equal(handled, 0, 'the handler never ran');
+      const refusal = lines
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .find((e) => String(e.msg).startsWith('refused a hand-off'));
+      assert.equal(refusal?.level, 'warn');
+      assert.equal(refusal?.peer_uid, own);
+      assert.equal(refusal?.peer_pid, process.pid);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('replaces a stale socket file left by a crashed agent', async () => {
     const socketPath = join(dir, 'stale', 'pluginevent.sock');
     await startHandoffServer({ socketPath, handler: async () => ({ protocol: 1, verdict: 'ok' }), logger }).then((s) => s.close());

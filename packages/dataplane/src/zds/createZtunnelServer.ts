@@ -4,6 +4,7 @@
  * connection only (the ztunnel that got the latest snapshot), deletes to all of them.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { defaultPeerUids, refusedPeer } from '../seqpacket/peerCredentials.ts';
 import { SeqpacketError } from '../seqpacket/seqpacketError.ts';
 import { listenSeqpacket, type SeqpacketListener } from '../seqpacket/seqpacketListener.ts';
 import { silentZdsLogger, type PodSnapshotSource, type WorkloadInfo, type ZdsLogger } from './podSnapshotSource.ts';
@@ -23,6 +24,11 @@ export interface ZtunnelServerOptions {
   keepaliveIntervalMs?: number;
   /** Accept rate limit (token bucket, burst 1); upstream 5/s against a ztunnel reconnecting in a loop. */
   acceptsPerSecond?: number;
+  /**
+   * Peers (SO_PEERCRED uid) allowed to connect, beyond upstream's file mode alone; default root and
+   * this process's own uid. Anyone else is disconnected before the hello and never sees a pod.
+   */
+  peerUids?: ReadonlySet<number>;
 }
 
 export interface RequestOptions {
@@ -55,6 +61,7 @@ export interface ZtunnelServer {
 /** Listens at once (stale socket replaced); accepting starts with `start()`. */
 export function createZtunnelServer(options: ZtunnelServerOptions): ZtunnelServer {
   const logger = options.logger ?? silentZdsLogger;
+  const peerUids = options.peerUids ?? defaultPeerUids();
   const listener = listenSeqpacket(options.path, { mode: options.socketMode ?? 0o600 });
   const connections: ZtunnelConnection[] = [];
   const handlers = new Set<Promise<void>>();
@@ -92,6 +99,12 @@ export function createZtunnelServer(options: ZtunnelServerOptions): ZtunnelServe
         if (closing) {
           socket.close();
           return;
+        }
+        const refused = refusedPeer(socket.fd, peerUids);
+        if (refused !== undefined) {
+          logger.warn('refused a ZDS connection from a process that is not ztunnel (peer uid not allowed)', refused);
+          socket.close();
+          continue;
         }
         serve(
           new ZtunnelConnection({

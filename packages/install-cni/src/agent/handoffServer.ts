@@ -1,7 +1,9 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
+import type { Socket } from 'node:net';
 import { ErrorCode, errorMessage } from '@istio-cni/cni';
+import { defaultPeerUids, refusedPeer } from '@istio-cni/dataplane';
 import { DOCTOR_PATH } from '../doctor/doctorReport.ts';
 import {
   HANDOFF_PATH,
@@ -30,6 +32,17 @@ export interface HandoffServerOptions {
   handler: HandoffHandler;
   logger: Logger;
   doctor?: DoctorHandler;
+  /**
+   * Peers (SO_PEERCRED uid) allowed to connect, beyond the socket's 0600 mode: default root (the
+   * runtime runs the plugin as root) and this process's own uid. Anyone else is disconnected unread.
+   */
+  peerUids?: ReadonlySet<number>;
+}
+
+/** The file descriptor under a unix socket's libuv handle (a documented-internal field; absent on Windows). */
+function socketFd(socket: Socket): number | undefined {
+  const fd = (socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : undefined;
 }
 
 export interface HandoffServer {
@@ -133,6 +146,14 @@ export async function startHandoffServer(opts: HandoffServerOptions): Promise<Ha
     });
   });
   server.keepAliveTimeout = 1000;
+  const peerUids = opts.peerUids ?? defaultPeerUids();
+  server.on('connection', (socket: Socket) => {
+    const fd = socketFd(socket);
+    const refused = fd === undefined ? { error: 'no file descriptor to read the peer from' } : refusedPeer(fd, peerUids);
+    if (refused === undefined) return;
+    opts.logger.warn('refused a hand-off connection from a process that is not the plugin (peer uid not allowed)', refused);
+    socket.destroy();
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     // A restrictive umask closes the window between bind() and chmod().
