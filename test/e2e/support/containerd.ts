@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSyn
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
+import { ensureNetnsMountPoint } from './firstUseArtefacts.ts';
 import { pauseImageRef, rigBinary, rigRuntimePath } from './rigPaths.ts';
 import { runCommand } from './runCommand.ts';
 
@@ -143,6 +144,7 @@ export async function startContainerd(): Promise<Containerd> {
   const crictlConfig = join(dir, 'crictl.yaml');
   writeFileSync(crictlConfig, `runtime-endpoint: unix://${socket}\nimage-endpoint: unix://${socket}\ntimeout: 60\n`);
 
+  await ensureNetnsMountPoint();
   const proc = startManagedProcess('containerd', containerdArgv(configPath), join(dir, 'containerd.log'));
   const crictlBin = rigBinary('crictl');
   const crictl = async (args: readonly string[], options: { timeoutMs?: number } = {}) =>

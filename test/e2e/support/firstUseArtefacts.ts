@@ -60,6 +60,22 @@ function removeEmptyCgroupTree(dir: string): void {
 }
 
 /**
+ * Makes /run/netns what iproute2's first `ip netns add` makes it (a mount point bound onto itself,
+ * shared) before a container runtime mounts pod netns in it; the rig's stop puts it back. containerd
+ * only creates the directory: pod netns mounted on the plain directory are copied into the self-bind a
+ * later `ip netns add` makes (a test's scratch netns), and containerd's unmount leaves the copy, so
+ * every such pod's netns leaks (StopPodSandbox: `unlinkat /run/netns/cni-…: device or resource
+ * busy`). Only a machine whose first `ip netns add` comes after containerd's first pod has it: a
+ * fresh one, or one where the put-back above removed the mount point.
+ */
+export async function ensureNetnsMountPoint(): Promise<void> {
+  if (isMountPoint(NETNS_DIR)) return;
+  const name = `istio-cni-e2e-${process.pid}`;
+  await runCommand(['ip', 'netns', 'add', name]);
+  await runCommand(['ip', 'netns', 'delete', name]);
+}
+
+/**
  * Puts back what this run's first use of the host's tools created, when it is no longer in use.
  * Returns what it removed (for the log).
  */
