@@ -6,7 +6,7 @@ import type { CommandRunner } from './commandRunner.ts';
 import { decideIptablesBackend, type IptablesBackend, type IptablesBackendDecision } from './detectIptablesBackend.ts';
 import type { Drift } from './captureDrift.ts';
 import type { NetnsHandle } from './ambient/netnsHandle.ts';
-import { detectPodIpv6, ipv6EnabledFromResultIps } from './detectPodIpv6.ts';
+import { detectPodIpv6, ipv6EnabledFromResultIps, parseIpAddrJson } from './detectPodIpv6.ts';
 import { iptablesFamiliesRead, inspectCapture } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
@@ -60,6 +60,8 @@ export interface SidecarCaptureManager {
   backend(): Promise<string>;
   /** Re-programs the pod's rules, replacing whatever owned state differs (one restore per family / one nft transaction). */
   repair(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
+  /** The addresses in `netns` (`ip -j addr show`, opened through the guard): whose netns it is before a repair. */
+  addresses(netns: string): Promise<string[]>;
 }
 
 /** A Map that forgets its oldest entries beyond `limit`. */
@@ -175,6 +177,11 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
   return {
     apply: (pod, netns, podIps, freshNetns) => program(pod, netns, podIps, false, freshNetns === true),
     repair: (pod, netns, podIps) => program(pod, netns, podIps, true, false),
+    addresses: (netns) =>
+      inNetns(netns, async (path) => {
+        const { stdout } = await options.runner.run(['ip', '-j', 'addr', 'show'], { netns: path });
+        return parseIpAddrJson(stdout).map((a) => a.address);
+      }),
     backend: async () => (options.nativeNftables ? 'nft' : (await iptablesBackend()).nfTables ? 'iptables-nft' : 'iptables-legacy'),
     async inspect(pod, netns, podIps) {
       const handle = options.netnsGuard.openCniNetns(netns);

@@ -6,7 +6,14 @@ import { createAttachmentSaver, loadAttachments } from '../src/agent/attachmentS
 import type { VerifiableAttachment } from '../src/agent/podVerifier.ts';
 import { captureLogger, tempDir } from './testHelpers.ts';
 
-const web: VerifiableAttachment = { namespace: 'default', name: 'web', uid: 'uid-web', netns: '/var/run/netns/cni-1', mode: 'sidecar' };
+const web: VerifiableAttachment = {
+  namespace: 'default',
+  name: 'web',
+  uid: 'uid-web',
+  netns: '/var/run/netns/cni-1',
+  mode: 'sidecar',
+  netnsInode: 4026532345,
+};
 const gone: VerifiableAttachment = { ...web, name: 'gone', uid: 'uid-gone', netns: '/var/run/netns/cni-2' };
 
 describe('tracked attachments across a restart', () => {
@@ -35,5 +42,11 @@ describe('tracked attachments across a restart', () => {
     assert.equal(loadAttachments(path).size, 0);
     writeFileSync(path, JSON.stringify({ a: { ...web, mode: 'weird' }, b: { ...web, uid: 7 }, c: web }));
     assert.deepEqual([...loadAttachments(path, () => true)], [['c', web]]);
+    // An inode that is not a positive integer is dropped (the entry stays, checked by address alone).
+    const { netnsInode: _, ...withoutInode } = web;
+    for (const bad of [-1, 1.5, '4026532345', null]) {
+      writeFileSync(path, JSON.stringify({ c: { ...web, netnsInode: bad } }));
+      assert.deepEqual([...loadAttachments(path, () => true)], [['c', withoutInode]], String(bad));
+    }
   });
 });

@@ -280,6 +280,13 @@ describe('node agent CHECK, GC, STATUS, DEL', () => {
     assert.equal('verdict' in plain && plain.verdict, 'ok');
   });
 
+  it("an ADD remembers the netns file's inode, which verification compares before touching the netns", async () => {
+    const h = harness({ pods: [sidecarPod('web')] });
+    const handler = createNodeAgentHandler({ ...h.deps, netnsInode: (netns) => (netns === '/var/run/netns/web' ? 4026532111 : undefined) });
+    await handler.handle(request('ADD', 'default', 'web'));
+    assert.equal(handler.attachments().get('ctr-web/eth0')?.netnsInode, 4026532111);
+  });
+
   it('GC drops attachments not in the valid list; DEL drops its own', async () => {
     const h = harness({ pods: [sidecarPod('a'), sidecarPod('b'), sidecarPod('c')] });
     const handler = createNodeAgentHandler(h.deps);

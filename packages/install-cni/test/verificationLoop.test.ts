@@ -224,7 +224,7 @@ describe('pod verifier', () => {
     mode: 'sidecar',
   };
 
-  function verifier(pod: Pod | undefined, capture: Partial<CaptureInspector> = {}) {
+  function verifier(pod: Pod | undefined, capture: Partial<CaptureInspector> = {}, inodes: Record<string, number> = {}) {
     const calls: string[] = [];
     const inspector: CaptureInspector = {
       inspect: async (p, netns, ips) => {
@@ -235,6 +235,10 @@ describe('pod verifier', () => {
         calls.push(`repair ${p.metadata.name} ${netns}`);
         return 'ipv4:reconciled';
       },
+      addresses: async (netns) => {
+        calls.push(`addresses ${netns}`);
+        return ['127.0.0.1', '10.0.0.5', 'fd00::5'];
+      },
       ...capture,
     };
     const verify = createPodVerifier({
@@ -242,6 +246,7 @@ describe('pod verifier', () => {
       capture: inspector,
       policy: { agentNamespace: 'istio-system', excludeNamespaces: [] },
       ambient: { enabled: false, selectors: [] },
+      netnsInode: (netns) => inodes[netns],
     });
     return { verify, calls };
   }
@@ -252,7 +257,33 @@ describe('pod verifier', () => {
     assert.equal(out.status, 'drift');
     assert.ok(out.status === 'drift' && out.repair !== undefined);
     await out.repair();
-    assert.deepEqual(calls, ['inspect web /var/run/netns/web 10.0.0.5', 'repair web /var/run/netns/web']);
+    assert.deepEqual(calls, ['inspect web /var/run/netns/web 10.0.0.5', 'addresses /var/run/netns/web', 'repair web /var/run/netns/web']);
+  });
+
+  it('a netns path that now names another netns (inode changed since ADD) is never inspected or repaired', async () => {
+    const { verify, calls } = verifier(sidecar(), {}, { '/var/run/netns/web': 4026532999 });
+    const out = await verify({ ...attachment, netnsInode: 4026532100 });
+    assert.equal(out.status, 'unverifiable');
+    assert.match(
+      out.status === 'unverifiable' ? out.error : '',
+      /no longer the network namespace the pod was added with \(inode 4026532999, was 4026532100\)/,
+    );
+    assert.deepEqual(calls, []);
+    const same = verifier(sidecar(), {}, { '/var/run/netns/web': 4026532100 });
+    assert.equal((await same.verify({ ...attachment, netnsInode: 4026532100 })).status, 'drift');
+    const gone = verifier(sidecar(), {}, {});
+    assert.deepEqual(await gone.verify({ ...attachment, netnsInode: 4026532100 }), {
+      status: 'skipped',
+      reason: 'network namespace is gone',
+    });
+  });
+
+  it("a drifted netns that holds none of the pod's addresses is not repaired", async () => {
+    const { verify, calls } = verifier(sidecar(), { addresses: async () => ['10.0.0.77'] });
+    const out = await verify(attachment);
+    assert.ok(out.status === 'drift' && out.repair !== undefined);
+    await assert.rejects(out.repair(), /holds none of the pod's addresses \(10\.0\.0\.5; found 10\.0\.0\.77\): not repaired/);
+    assert.deepEqual(calls, ['inspect web /var/run/netns/web 10.0.0.5']);
   });
 
   it('without status IPs yet, the IPs of the CNI result at ADD decide the IP family', async () => {

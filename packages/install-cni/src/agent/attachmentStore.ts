@@ -35,6 +35,7 @@ export function loadAttachments(path: string, exists: (netns: string) => boolean
   for (const [key, value] of Object.entries(parsed as Record<string, unknown>)) {
     if (isAttachment(value) && exists(value.netns)) {
       const ips = Array.isArray(value.ips) ? value.ips.filter((ip): ip is string => typeof ip === 'string') : [];
+      const inode = value.netnsInode;
       out.set(key, {
         namespace: value.namespace,
         name: value.name,
@@ -42,6 +43,7 @@ export function loadAttachments(path: string, exists: (netns: string) => boolean
         netns: value.netns,
         mode: value.mode,
         ...(ips.length > 0 ? { ips } : {}),
+        ...(Number.isSafeInteger(inode) && (inode as number) > 0 ? { netnsInode: inode as number } : {}),
       });
     }
   }

@@ -53,6 +53,8 @@ export interface NodeAgentDeps {
   attachments?: Iterable<[string, VerifiableAttachment]>;
   /** Called after the tracked attachments changed (ADD, DEL, GC). */
   onAttachmentsChange?: () => void;
+  /** The inode of the netns file at a CNI_NETNS path (undefined when it cannot be read), kept per attachment. */
+  netnsInode?: (netns: string) => number | undefined;
 }
 
 type Outcome = HandoffVerdict | { error: HandoffError };
@@ -89,6 +91,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
   const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
 
   function remember(request: HandoffRequest, pod: Pod, mode: TrackedAttachment['mode']): void {
+    const netnsInode = deps.netnsInode?.(request.netns);
     attachments.set(attachmentKey(request.containerId, request.ifName), {
       namespace: request.pod.namespace,
       name: request.pod.name,
@@ -96,6 +99,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       netns: request.netns,
       mode,
       ...(request.ips.length > 0 ? { ips: request.ips.map((ip) => ip.address) } : {}),
+      ...(netnsInode === undefined ? {} : { netnsInode }),
     });
     changed();
   }

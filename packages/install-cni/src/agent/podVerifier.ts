@@ -18,17 +18,26 @@ export interface VerifiableAttachment {
   mode: AttachmentMode;
   /** The pod's addresses from the CNI result at ADD (`ip/prefix`): the IP family without entering the netns. */
   ips?: string[];
+  /**
+   * The netns file's inode at ADD. A path that later names another netns (a `/proc/<pid>/ns/net`
+   * whose pid was reused after a missed DEL) is never verified or repaired as this pod's.
+   */
+  netnsInode?: number;
 }
 
 /** The capture side of verification (the agent's `SidecarCaptureManager`). */
 export interface CaptureInspector {
   inspect(pod: Pod | undefined, netns: string, podIps?: readonly string[]): Promise<Drift[]>;
   repair(pod: Pod, netns: string, podIps?: readonly string[]): Promise<string>;
+  /** The addresses in the netns. */
+  addresses(netns: string): Promise<string[]>;
 }
 
 export interface PodVerifierDeps {
   view: Pick<ClusterView, 'getPod' | 'getNamespace'>;
   capture: CaptureInspector;
+  /** The inode of the netns file at `netns` now; undefined when it is gone. */
+  netnsInode(netns: string): number | undefined;
   policy: LocalPolicy;
   ambient: AmbientEnrolment;
 }
@@ -63,6 +72,16 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
     if (a.mode === 'ambient') return { status: 'skipped', reason: 'ambient pods are verified by the ambient agent' };
     const fromStatus = podIps(pod);
     const ips = fromStatus.length > 0 ? fromStatus : (a.ips ?? []);
+    if (a.netnsInode !== undefined) {
+      const inode = deps.netnsInode(a.netns);
+      if (inode === undefined) return { status: 'skipped', reason: 'network namespace is gone' };
+      if (inode !== a.netnsInode) {
+        return {
+          status: 'unverifiable',
+          error: `${a.netns} is no longer the network namespace the pod was added with (inode ${inode}, was ${a.netnsInode}): not inspected, never repaired`,
+        };
+      }
+    }
     let drift: Drift[];
     try {
       drift = await deps.capture.inspect(a.mode === 'sidecar' ? pod : undefined, a.netns, ips);
@@ -77,6 +96,15 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
       status: 'drift',
       drift,
       repair: async () => {
+        // Rules are written only into a netns that holds one of the pod's addresses: an inode can be
+        // reused once its netns is gone, an address of this pod in another pod's netns cannot be.
+        const want = ips.map((ip) => ip.split('/')[0] ?? '');
+        const found = await deps.capture.addresses(a.netns);
+        if (want.length > 0 && !want.some((ip) => found.includes(ip))) {
+          throw new Error(
+            `${a.netns} holds none of the pod's addresses (${want.join(', ')}; found ${found.join(', ') || 'none'}): not repaired`,
+          );
+        }
         await deps.capture.repair(pod, a.netns, ips);
       },
     };

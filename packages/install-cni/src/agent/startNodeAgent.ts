@@ -1,9 +1,11 @@
+import { statSync } from 'node:fs';
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
   createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createPodNetnsGuard,
+  resolveCniNetnsPath,
   createScratchNetnsOpener,
   createSidecarCaptureManager,
 } from '@istio-cni/dataplane';
@@ -73,6 +75,17 @@ export interface NodeAgent {
   stop(cleanup: boolean): Promise<void>;
 }
 
+/** The inode of the netns file at a CNI_NETNS path (mounted at its own path in the agent's container). */
+function netnsInode(netns: string): number | undefined {
+  const path = resolveCniNetnsPath(netns);
+  if (path === undefined) return undefined;
+  try {
+    return statSync(path).ino;
+  } catch {
+    return undefined;
+  }
+}
+
 export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const kube = createKubeClient(loadKubeConfig(options.kube));
   const cluster = watchCluster(kube, { nodeName: options.nodeName, logger: options.logger, namespaces: options.ambientEnabled });
@@ -122,6 +135,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     ambient: ambientPolicy,
     limiter: createConcurrencyLimiter(options.concurrency ?? 4, options.maxQueued ?? 1000),
     logger: options.logger,
+    netnsInode,
     notReadyReason,
     metrics: createAgentMetrics(options.registry),
     ...(options.attachmentsFile === undefined
@@ -132,7 +146,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     options.attachmentsFile === undefined
       ? undefined
       : createAttachmentSaver(options.attachmentsFile, () => handler.attachments(), options.logger);
-  const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy });
+  const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy, netnsInode });
   const verification = createVerificationLoop({
     intervalMs: options.verifyIntervalMs ?? 60_000,
     reportOnly: options.verifyReportOnly === true,
