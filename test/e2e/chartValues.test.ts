@@ -18,11 +18,12 @@ interface Container {
   args: string[];
   env: { name: string; value?: string; valueFrom?: unknown }[];
   resources: Record<string, Record<string, string>>;
-  securityContext: { seLinuxOptions?: Record<string, string> };
+  securityContext: { seLinuxOptions?: Record<string, string>; seccompProfile?: { type: string } };
 }
 interface PodSpec {
   hostNetwork?: boolean;
   containers: Container[];
+  initContainers?: Container[];
   volumes: { name: string; hostPath?: { path: string } }[];
 }
 interface DaemonSet {
@@ -205,6 +206,17 @@ describe('profiles keep upstream meaning', () => {
     }
     assert.equal((await renderFile('platform-openshift.yaml')).container.securityContext.seLinuxOptions?.type, 'spc_t');
     assert.equal((await renderFile('profile-openshift-ambient.yaml')).config.AMBIENT_ENABLED, 'true');
+  });
+
+  test("seccomp: the runtime's default profile on both containers unless seccompProfile is null", async () => {
+    const defaults = new Rendering(await renderChart({ set: ['installBinariesInitContainer.enabled=true'] }));
+    const pod = defaults.daemonSet.spec.template.spec;
+    for (const c of [...pod.containers, ...(pod.initContainers ?? [])]) {
+      assert.deepEqual(c.securityContext.seccompProfile, { type: 'RuntimeDefault' }, c.name);
+    }
+    assert.equal(pod.initContainers?.length, 1);
+    const unset = new Rendering(await renderChart({ set: ['seccompProfile=null'] }));
+    assert.equal(unset.container.securityContext.seccompProfile, undefined);
   });
 
   test('gke: /home/kubernetes/bin from the platform profile, a ResourceQuota; your cniBinDir wins; no platform, no change', async () => {
