@@ -22,6 +22,14 @@ interface PolicyRule {
   resourceNames?: string[];
 }
 
+async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
 async function render(...set: string[]): Promise<KubeObject[]> {
   return parseManifest(await renderChart({ set }));
 }
@@ -159,6 +167,93 @@ describe('istio-cni Helm chart', () => {
       const warnings = await applyObjects(cluster.api, [annotated]);
       assert.equal(warnings.length, 1, warnings.join('\n'));
       assert.match(warnings[0] ?? '', /apparmor.*deprecated since v1\.30.*appArmorProfile/);
+    } finally {
+      await cluster.stop();
+    }
+  });
+
+  test('taint.enabled: the agent may remove taints from its own Node only (an admission policy, on the rig API server)', async () => {
+    const cluster = await startCluster();
+    try {
+      await cluster.ensureNamespace(RELEASE_NAMESPACE);
+      const objects = await render('taint.enabled=true');
+      assert.deepEqual(
+        objects.filter((o) => o.kind.startsWith('ValidatingAdmissionPolicy')).map((o) => o.kind),
+        ['ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding'],
+      );
+      await applyObjects(cluster.api, objects);
+      const taint = { key: 'cni.istio.io/not-ready', effect: 'NoSchedule' };
+      for (const name of ['node-a', 'node-b']) {
+        await cluster.api.must('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name }, spec: { taints: [taint] } });
+      }
+      // The agent's pod on node-a and a token bound to it, as kubelet projects it: the API server
+      // records the pod's node in the token's user info.
+      const pod = await cluster.api.must<{ metadata: { name: string; uid: string } }>(
+        'POST',
+        `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods`,
+        {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: 'istio-cni-node-a' },
+          spec: { nodeName: 'node-a', serviceAccountName: 'istio-cni', containers: [{ name: 'install-cni', image: 'install-cni' }] },
+        },
+      );
+      const tokenFor = async (boundObjectRef: Record<string, string>) =>
+        (
+          await cluster.api.must<{ status: { token: string } }>(
+            'POST',
+            `/api/v1/namespaces/${RELEASE_NAMESPACE}/serviceaccounts/istio-cni/token`,
+            {
+              apiVersion: 'authentication.k8s.io/v1',
+              kind: 'TokenRequest',
+              spec: { expirationSeconds: 3600, boundObjectRef },
+            },
+          )
+        ).status.token;
+      const agent = cluster.api.withToken(
+        await tokenFor({ apiVersion: 'v1', kind: 'Pod', name: pod.metadata.name, uid: pod.metadata.uid }),
+      );
+      const removeTaint = [
+        { op: 'test', path: '/spec/taints/0/key', value: taint.key },
+        { op: 'remove', path: '/spec/taints/0' },
+      ];
+      const patch = (client: typeof agent, node: string, ops: unknown[], dryRun = false) =>
+        client.request('PATCH', `/api/v1/nodes/${node}${dryRun ? '?dryRun=All' : ''}`, ops, { contentType: 'application/json-patch+json' });
+      // The API server loads a new policy asynchronously: probe with dry runs (nothing persists) until it denies.
+      await waitUntil('the admission policy in force', async () => (await patch(agent, 'node-b', removeTaint, true)).status !== 200);
+      const other = await patch(agent, 'node-b', removeTaint);
+      assert.equal(other.status, 403, other.text);
+      assert.match(other.text, /istio-cni may change only its own Node: token of a pod on node-a, Node node-b/);
+      const label = await patch(agent, 'node-a', [{ op: 'add', path: '/metadata/labels', value: { stolen: 'yes' } }]);
+      assert.equal(label.status, 403, label.text);
+      assert.match(label.text, /labels, annotations and unschedulable stay as they were/);
+      const added = await patch(agent, 'node-a', [{ op: 'add', path: '/spec/taints/-', value: { key: 'x', effect: 'NoExecute' } }]);
+      assert.equal(added.status, 403, added.text);
+      const secret = await cluster.api.must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${RELEASE_NAMESPACE}/secrets`, {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: 'no-node' },
+      });
+      const unbound = cluster.api.withToken(
+        await tokenFor({ apiVersion: 'v1', kind: 'Secret', name: 'no-node', uid: secret.metadata.uid }),
+      );
+      const noNode = await patch(unbound, 'node-a', removeTaint);
+      assert.equal(noNode.status, 403, noNode.text);
+      assert.match(noNode.text, /token of a pod on no node/);
+      const own = await patch(agent, 'node-a', removeTaint);
+      assert.equal(own.status, 200, own.text);
+      // (The API server's TaintNodesByCondition adds node.kubernetes.io/not-ready to each new Node: left alone.)
+      const nodes = await cluster.api.must<{ items: { metadata: { name: string }; spec: { taints?: { key: string }[] } }[] }>(
+        'GET',
+        '/api/v1/nodes',
+      );
+      assert.deepEqual(
+        nodes.items.map((n) => [n.metadata.name, (n.spec.taints ?? []).some((t) => t.key === taint.key)]),
+        [
+          ['node-a', false],
+          ['node-b', true],
+        ],
+      );
     } finally {
       await cluster.stop();
     }

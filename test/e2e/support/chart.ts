@@ -64,7 +64,16 @@ export function parseManifest(text: string): KubeObject[] {
   return objects;
 }
 
-const CLUSTER_SCOPED = new Set(['Namespace', 'Node', 'ClusterRole', 'ClusterRoleBinding', 'PriorityClass', 'CustomResourceDefinition']);
+const CLUSTER_SCOPED = new Set([
+  'Namespace',
+  'Node',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'PriorityClass',
+  'CustomResourceDefinition',
+  'ValidatingAdmissionPolicy',
+  'ValidatingAdmissionPolicyBinding',
+]);
 
 /** The collection URL of an object: `/api/v1/namespaces/x/configmaps`, `/apis/rbac.authorization.k8s.io/v1/clusterroles`. */
 export function collectionPath(obj: KubeObject, defaultNamespace: string = RELEASE_NAMESPACE): string {
