@@ -9,11 +9,11 @@ PHASE := bash $(CURDIR)/scripts/phase.sh
 # A test (or suite, or hook) still running after this long fails, named, instead of stalling the run;
 # tests that legitimately take longer set their own `timeout`. The slowest unit or integration suite
 # takes 52 s on a fresh 2-core machine; an e2e suite starts a control plane, hence its own default.
-# --test-force-exit ends a test file once its tests have finished even if a handle (a child, a timer,
-# a hung hook's promise) would keep it alive: such a file once held a run for 740 s after its failure.
+# scripts/testRunner/fileWatchdog.ts ends a test file still running 60 s after its last test (a child,
+# a watcher or a timer a test left open): such a file once held a run for 740 s after its failure.
 TEST_TIMEOUT_MS ?= 120000
 E2E_TEST_TIMEOUT_MS ?= 600000
-node_test = $(NODE) --test --test-reporter=spec --test-timeout=$(1) --test-force-exit
+node_test = $(NODE) --import $(CURDIR)/scripts/testRunner/fileWatchdog.ts --test --test-reporter=spec --test-timeout=$(1)
 NODE_TEST = $(call node_test,$(TEST_TIMEOUT_MS))
 
 # Biome (pinned in package.json): its launcher runs on the pinned node and execs the native binary.
