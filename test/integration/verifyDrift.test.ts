@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { DAEMON, type DaemonProcess } from '../support/daemonProcess.ts';
+import { metric, morePasses } from '../support/daemonMetrics.ts';
 import { namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
@@ -46,27 +47,6 @@ const backends: Backend[] = [
 
 function inNetns(netns: string, commands: string[][]): void {
   for (const argv of commands) execFileSync('nsenter', [`--net=${netns}`, '--', ...argv], { stdio: 'pipe' });
-}
-
-async function metric(daemon: DaemonProcess, name: string, labels: Record<string, string>): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${daemon.monitoringPort}/metrics`)).text();
-  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`)) continue;
-    const inside = line.slice(name.length + 1, line.indexOf('}'));
-    const have = inside.split(',');
-    if (want.every((w) => have.includes(w)) && have.length === want.length) return Number(line.split(' ').at(-1));
-  }
-  return 0;
-}
-
-/** Resolves after at least `passes` more checks of healthy pods: the loop has looked again. */
-async function morePasses(daemon: DaemonProcess, passes: number): Promise<void> {
-  const start = await metric(daemon, 'istio_cni_pod_verifications_total', { result: 'ok' });
-  for (;;) {
-    if ((await metric(daemon, 'istio_cni_pod_verifications_total', { result: 'ok' })) >= start + passes) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 function driftLines(daemon: DaemonProcess, pod: string): Record<string, unknown>[] {

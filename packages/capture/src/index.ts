@@ -34,7 +34,7 @@ export type { IptablesRule, IptablesRuleSet, IptablesTable } from './iptablesRul
 export { buildSidecarIptablesRules } from './buildSidecarIptablesRules.ts';
 export { iptablesRuleArgs, renderIptablesRestore } from './renderIptablesRestore.ts';
 export { NFT_TABLES } from './nftRule.ts';
-export type { NftChainSpec, NftRule, NftTable } from './nftRule.ts';
+export { NFT_TABLE_NAMES, type NftChainSpec, type NftRule, type NftTable } from './nftRule.ts';
 export { buildSidecarNftRules } from './buildSidecarNftRules.ts';
 export { renderNftTransaction } from './renderNftTransaction.ts';
 export { isAgentPod, isKubernetesPod, sidecarDecision } from './sidecarDecision.ts';

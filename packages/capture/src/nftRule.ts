@@ -7,13 +7,17 @@ export interface NftRule {
   readonly index?: number;
 }
 
-export type NftTable =
-  | 'istio-proxy-nat'
-  | 'istio-proxy-mangle'
-  | 'istio-proxy-raw'
-  | 'istio-ambient-nat'
-  | 'istio-ambient-mangle'
-  | 'istio-ambient-raw';
+/** Every nftables table this project writes (all in family `inet`); a name read back is ours only if listed here. */
+export const NFT_TABLE_NAMES = [
+  'istio-proxy-nat',
+  'istio-proxy-mangle',
+  'istio-proxy-raw',
+  'istio-ambient-nat',
+  'istio-ambient-mangle',
+  'istio-ambient-raw',
+] as const;
+
+export type NftTable = (typeof NFT_TABLE_NAMES)[number];
 
 export interface NftChainSpec {
   readonly name: string;

@@ -2,6 +2,7 @@ import type { CommandRunner } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
 import { type OpenScratchNetns, withScratchNetns } from './scratchNetns.ts';
 import type { ApplyOutcome } from './applyIptablesRules.ts';
+import { deleteNftTableByHandle, describeNftTable, isOwnNftTable, listNftTables, type NftTableRef, nftTableKey } from './nftTableList.ts';
 
 export interface NftDeps {
   runner: CommandRunner;
@@ -41,11 +42,13 @@ export function nftScriptTables(script: string): string[] {
  * follows the iptables contract instead: owned tables absent → apply; present and identical (as
  * `nft -s list table` prints them, compared with the plan listed from a scratch netns) → no-op;
  * different → error unless `reconcile`, which deletes the owned tables and re-adds the plan in the
- * same transaction.
+ * same transaction. Tables are found with `nft -j list tables` and deleted by handle: a table whose
+ * name only imitates ours (a tenant's `istio-proxy-x;include"…"`) is reported and deleted, its name
+ * never reaching nft as syntax (`nftTableList.ts`).
  */
 export async function applyNftRules(deps: NftDeps, options: ApplyNftRulesOptions): Promise<ApplyOutcome> {
   const nft = deps.nft ?? 'nft';
-  const existing = await ownedTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
+  const existing = await prefixedTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
   if (existing.length === 0) {
     await deps.runner.run([nft, '-f', '-'], { netns: options.netns, stdin: options.script });
     return 'applied';
@@ -59,8 +62,8 @@ export async function applyNftRules(deps: NftDeps, options: ApplyNftRulesOptions
         `it already holds different istio tables (reconcile would replace them): ${differences.join('; ')}`,
     );
   }
-  // `add` first so `delete` cannot fail on a table that is absent; all of it is one transaction.
-  const prologue = existing.flatMap((t) => [`add table ${t}`, `delete table ${t}`]);
+  // One transaction: a table gone since the listing fails it, and the next pass starts over.
+  const prologue = existing.map(deleteNftTableByHandle);
   await deps.runner.run([nft, '-f', '-'], { netns: options.netns, stdin: [...prologue, options.script].join('\n') });
   return 'reconciled';
 }
@@ -74,15 +77,16 @@ export interface VerifyNftRulesOptions {
 /** Differences between the netns's owned nft tables and the script; empty means in place (CNI CHECK). */
 export async function verifyNftRules(deps: NftDeps, options: VerifyNftRulesOptions): Promise<string[]> {
   const nft = deps.nft ?? 'nft';
-  const existing = await ownedTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
+  const existing = await prefixedTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
   return diffNft(deps, nft, options.netns, options.script, existing);
 }
 
-async function diffNft(deps: NftDeps, nft: string, netns: string, script: string, existing: readonly string[]): Promise<string[]> {
+async function diffNft(deps: NftDeps, nft: string, netns: string, script: string, existing: readonly NftTableRef[]): Promise<string[]> {
   const expected = await canonicalNftTables(deps, nft, script);
+  const own = new Set(existing.filter(isOwnNftTable).map(nftTableKey));
   const differences: string[] = [];
   for (const [table, want] of expected) {
-    if (!existing.includes(table)) {
+    if (!own.has(table)) {
       differences.push(`missing table ${table}`);
       continue;
     }
@@ -90,7 +94,8 @@ async function diffNft(deps: NftDeps, nft: string, netns: string, script: string
     const diff = firstLineDifference(want, have);
     if (diff !== undefined) differences.push(`table ${table}: ${diff}`);
   }
-  for (const table of existing) if (!expected.has(table)) differences.push(`unexpected table ${table}`);
+  for (const t of existing)
+    if (!isOwnNftTable(t) || !expected.has(nftTableKey(t))) differences.push(`unexpected table ${describeNftTable(t)}`);
   return differences;
 }
 
@@ -108,43 +113,30 @@ export async function canonicalNftTables(deps: NftDeps, nft: string, script: str
   return listing;
 }
 
-/** `family name` of the netns's tables whose name starts with `prefix`. */
-export async function ownedTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<string[]> {
-  const { stdout } = await runner.run([nft, 'list', 'tables'], { netns });
-  return stdout
-    .split('\n')
-    .map((l) => /^table (\S+) (\S+)$/.exec(l.trim()))
-    .filter((m): m is RegExpExecArray => m !== null && (m[2] ?? '').startsWith(prefix))
-    .map((m) => `${m[1]} ${m[2]}`);
+/** The netns's tables whose name starts with `prefix` (ours and any imitating ours). */
+async function prefixedTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<NftTableRef[]> {
+  return (await listNftTables(runner, nft, netns)).filter((t) => t.name.startsWith(prefix));
 }
 
 /**
- * The netns's tables whose name starts with `prefix`, each as `nft -s list table` prints it, from
- * one `nft -s list ruleset` (one exec per pod instead of one per table).
+ * The netns's tables whose name starts with `prefix`: each of ours as `nft -s list table` prints it
+ * (listed one by one, by a validated name: a tenant's table or comment cannot forge lines of ours),
+ * each imitation under its escaped description with an empty listing, so it shows as unexpected.
  */
 export async function readNftTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<Map<string, string>> {
-  const { stdout } = await runner.run([nft, '-s', 'list', 'ruleset'], { netns });
   const tables = new Map<string, string>();
-  let current: { key: string; lines: string[] } | undefined;
-  for (const line of stdout.split('\n')) {
-    const head = /^table (\S+) (\S+) \{$/.exec(line);
-    if (head !== null) {
-      current = { key: `${head[1]} ${head[2]}`, lines: [line] };
-      continue;
-    }
-    if (current === undefined) continue;
-    current.lines.push(line);
-    if (line === '}') {
-      if ((current.key.split(' ')[1] ?? '').startsWith(prefix)) tables.set(current.key, current.lines.join('\n'));
-      current = undefined;
-    }
+  for (const t of await prefixedTables(runner, nft, netns, prefix)) {
+    if (isOwnNftTable(t)) tables.set(nftTableKey(t), await listTable(runner, nft, netns, nftTableKey(t)));
+    else tables.set(describeNftTable(t), '');
   }
   return tables;
 }
 
+/** `nft -s list table <family> <name>` of one of our own tables (`family name`, as our scripts write it). */
 export async function listTable(runner: CommandRunner, nft: string, netns: string, table: string): Promise<string> {
-  const [family = '', name = ''] = table.split(' ');
-  const { stdout } = await runner.run([nft, '-s', 'list', 'table', family, name], { netns });
+  const m = /^(inet|ip|ip6) (istio-[a-z]+-[a-z]+)$/.exec(table);
+  if (m === null) throw new DataplaneError('ERR_DATAPLANE_INVALID_ARGUMENT', `not a table of ours: ${JSON.stringify(table.slice(0, 80))}`);
+  const { stdout } = await runner.run([nft, '-s', 'list', 'table', m[1] ?? '', m[2] ?? ''], { netns });
   return stdout.trim();
 }
 

@@ -7,7 +7,8 @@ export type DataplaneErrorCode =
   | 'ERR_DATAPLANE_NO_IPTABLES'
   | 'ERR_DATAPLANE_NO_POD_ADDRESS'
   | 'ERR_DATAPLANE_STATE_CONFLICT'
-  | 'ERR_DATAPLANE_SCRATCH_NETNS';
+  | 'ERR_DATAPLANE_SCRATCH_NETNS'
+  | 'ERR_DATAPLANE_UNPARSABLE_STATE';
 
 export class DataplaneError extends Error {
   readonly code: DataplaneErrorCode;

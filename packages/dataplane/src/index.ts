@@ -66,8 +66,10 @@ export {
 export {
   applyNftRules,
   type ApplyNftRulesOptions,
+  listTable,
   type NftDeps,
   nftScriptTables,
+  readNftTables,
   verifyNftRules,
   type VerifyNftRulesOptions,
 } from './applyNftRules.ts';
@@ -110,6 +112,16 @@ export {
 export { type ListenSeqpacketOptions, listenSeqpacket, type SeqpacketListener } from './seqpacket/seqpacketListener.ts';
 export { KOFFI_SEA_ASSET, loadKoffi } from './seqpacket/loadKoffi.ts';
 export { trimMallocArenas } from './seqpacket/libc.ts';
+export {
+  deleteNftTableByHandle,
+  describeNftTable,
+  isOwnNftTable,
+  listNftTables,
+  type NftFamily,
+  type NftTableRef,
+  nftTableKey,
+  parseNftTableList,
+} from './nftTableList.ts';
 export { defaultPeerUids, type PeerCredentials, peerCredentials, refusedPeer } from './seqpacket/peerCredentials.ts';
 export {
   decodeWorkloadRequest,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applySidecarCapture, createRecordingCommandRunner, DataplaneError, type OpenScratchNetns } from '@istio-cni/dataplane';
+import { nftTablesJson } from '../../../test/support/nftTablesJson.ts';
 
 const netns = '/var/run/netns/pod';
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
@@ -57,7 +58,7 @@ test('without dual stack the first address (IPv4) decides', async () => {
 });
 
 test('a refused apply adds no routes', async () => {
-  const runner = pod('table inet istio-proxy-nat\n');
+  const runner = pod(nftTablesJson('inet istio-proxy-nat'));
   await assert.rejects(
     applySidecarCapture({ runner, openScratchNetns: scratch }, { netns, tproxyRoutes: true, plan: () => ({ backend: 'nft', script }) }),
     (err: unknown) => err instanceof DataplaneError && err.code === 'ERR_DATAPLANE_STATE_CONFLICT',

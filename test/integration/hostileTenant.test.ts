@@ -1,0 +1,96 @@
+/**
+ * (root, real kernel) A tenant holds NET_ADMIN in its own sidecar pod and puts state into the pod's
+ * netns that imitates ours, to steer the agent: `dist/install-cni` with native nftables and a 1 s
+ * VERIFY_INTERVAL, two sidecar pods added through the built plugin. The tenant adds, through nft's
+ * JSON input, a table whose name would make an nft script include a canary file, a table whose name
+ * forges listing lines, and removes the agent's rules. The agent must report the imitations, delete
+ * them (by handle) and repair its own rules, and the canary's contents must appear nowhere it writes:
+ * logs, metrics. The neighbour pod keeps its rules untouched.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it, type TestContext } from 'node:test';
+import { metric, morePasses } from '../support/daemonMetrics.ts';
+import { kernelSkip } from '../support/hostTools.ts';
+import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
+import { netnsRuleset } from '../support/netnsRuleset.ts';
+import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
+
+async function addPod(t: TestContext, rig: AgentRig, name: string) {
+  const pod = sidecarPod('default', name);
+  rig.api.upsertPod(pod);
+  const net = createPodNetworkFixture(t);
+  const res = await rig.exec('ADD', pod, {
+    netns: net.pod.path,
+    containerId: `c-${name}`,
+    address: `${net.pod.ipv4}/24`,
+    gateway: net.node.ipv4,
+  });
+  assert.equal(res.code, 0, `ADD: ${res.stdout}${res.stderr}`);
+  return net;
+}
+
+/** What the tenant runs in its pod: nft's JSON input takes table names nft's own syntax could not express. */
+function tenantNft(dir: string, netns: string, commands: unknown[]): void {
+  // A file, not stdin: nft opens /dev/stdin, which a socket (what spawnSync hands it) does not offer.
+  const file = join(dir, 'tenant.json');
+  writeFileSync(file, JSON.stringify({ nftables: commands }));
+  execFileSync('nsenter', [`--net=${netns}`, '--', 'nft', '-j', '-f', file], { stdio: 'pipe' });
+}
+
+describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nftables]', { skip: kernelSkip, timeout: 180_000 }, () => {
+  let rig: AgentRig;
+  let dir: string;
+  let canary: string;
+  let secret: string;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'hostile-tenant-'));
+    canary = join(dir, 'canary');
+    secret = `canary-${randomBytes(12).toString('hex')}`;
+    writeFileSync(canary, `${secret}\n`, { mode: 0o600 });
+    rig = await startAgentRig({ VERIFY_INTERVAL: '1s', NATIVE_NFTABLES: 'true' });
+    rig.api.upsertNamespace(namespaceObject('default'));
+  });
+  after(async () => {
+    await rig?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('tables imitating ours are reported and deleted by handle, the canary never read; the pod is repaired, its neighbour untouched', async (t) => {
+    const tenant = await addPod(t, rig, 'tenant');
+    const neighbour = await addPod(t, rig, 'neighbour');
+    const programmed = await netnsRuleset(tenant.pod.path);
+    const neighbourRules = await netnsRuleset(neighbour.pod.path);
+
+    tenantNft(dir, tenant.pod.path, [
+      { add: { table: { family: 'inet', name: `istio-proxy-x;include"${canary}"` } } },
+      { add: { table: { family: 'inet', name: 'istio-proxy-nat {\n}\ntable inet istio-proxy-forged {' } } },
+      { delete: { table: { family: 'inet', name: 'istio-proxy-nat' } } },
+    ]);
+    const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/tenant', 20_000);
+    assert.equal(line.action, 'repaired', JSON.stringify(line));
+    const drift = JSON.stringify(line.drift);
+    assert.ok(drift.includes('unexpected table inet \\"istio-proxy-x;include'), drift);
+    assert.ok(drift.includes('table inet istio-proxy-nat missing'), drift);
+    await morePasses(rig.daemon, 2);
+    assert.equal(await netnsRuleset(tenant.pod.path), programmed, "the tenant's tables are gone and ours are back");
+    assert.equal(await netnsRuleset(neighbour.pod.path), neighbourRules, 'the neighbour is untouched');
+    const kinds = (line.drift as { kind: string }[]).map((d) => d.kind);
+    for (const kind of kinds)
+      assert.equal(await metric(rig.daemon, 'istio_cni_drift_total', { kind, action: 'repaired' }), 1, `${kind} counted once`);
+
+    const metrics = await (await fetch(`http://127.0.0.1:${rig.daemon.monitoringPort}/metrics`)).text();
+    for (const [where, text] of [
+      ['logs', rig.daemon.lines.join('\n')],
+      ['metrics', metrics],
+    ] as const) {
+      assert.ok(!text.includes(secret), `the canary's contents are in the agent's ${where}`);
+    }
+    assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
+  });
+});
