@@ -16,10 +16,11 @@ import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { metric, morePasses } from '../support/daemonMetrics.ts';
 import { kernelSkip } from '../support/hostTools.ts';
-import { namespaceObject, sidecarPod } from '../support/meshPods.ts';
+import { sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
-import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
+import type { AgentRig } from '../support/startAgentRig.ts';
+import { verifyingRig } from '../support/verifyingRig.ts';
 
 async function addPod(t: TestContext, rig: AgentRig, name: string) {
   const pod = sidecarPod('default', name);
@@ -44,24 +45,20 @@ function tenantNft(dir: string, netns: string, commands: unknown[]): void {
 }
 
 describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nftables]', { skip: kernelSkip, timeout: 180_000 }, () => {
-  let rig: AgentRig;
+  const agent = verifyingRig({ NATIVE_NFTABLES: 'true' });
   let dir: string;
   let canary: string;
   let secret: string;
-  before(async () => {
+  before(() => {
     dir = mkdtempSync(join(tmpdir(), 'hostile-tenant-'));
     canary = join(dir, 'canary');
     secret = `canary-${randomBytes(12).toString('hex')}`;
     writeFileSync(canary, `${secret}\n`, { mode: 0o600 });
-    rig = await startAgentRig({ VERIFY_INTERVAL: '1s', NATIVE_NFTABLES: 'true' });
-    rig.api.upsertNamespace(namespaceObject('default'));
   });
-  after(async () => {
-    await rig?.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
 
   it('tables imitating ours are reported and deleted by handle, the canary never read; the pod is repaired, its neighbour untouched', async (t) => {
+    const rig = agent();
     const tenant = await addPod(t, rig, 'tenant');
     const neighbour = await addPod(t, rig, 'neighbour');
     const programmed = await netnsRuleset(tenant.pod.path);
@@ -91,6 +88,29 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
     ] as const) {
       assert.ok(!text.includes(secret), `the canary's contents are in the agent's ${where}`);
     }
+    assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
+  });
+});
+
+describe('a tenant with NET_ADMIN in its pod cannot steer the agent [iptables-nft]', { skip: kernelSkip, timeout: 180_000 }, () => {
+  const agent = verifyingRig({ FORCE_IPTABLES_BINARY: 'nft' });
+
+  it('a comment that forges a rule line and a chain named with a quote: the jump is repaired, nothing of theirs is echoed or lost', async (t) => {
+    const rig = agent();
+    const tenant = await addPod(t, rig, 'tenant-xt');
+    const inPod = (...argv: string[]) => execFileSync('nsenter', [`--net=${tenant.pod.path}`, '--', ...argv], { stdio: 'pipe' });
+    // A comment whose newline makes iptables-save print a line that looks like our jump.
+    inPod('iptables-nft', '-t', 'nat', '-I', 'OUTPUT', '1', '-m', 'comment', '--comment', 'x\n-A OUTPUT -j ISTIO_OUTPUT', '-j', 'RETURN');
+    inPod('iptables-nft', '-t', 'nat', '-N', 'we"ird');
+    inPod('iptables-nft', '-t', 'nat', '-A', 'we"ird', '-j', 'RETURN');
+    inPod('iptables-nft', '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT');
+    const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/tenant-xt', 20_000);
+    assert.equal(line.action, 'repaired', JSON.stringify(line));
+    await morePasses(rig.daemon, 2);
+    const save = execFileSync('nsenter', [`--net=${tenant.pod.path}`, '--', 'iptables-nft-save', '-t', 'nat'], { encoding: 'utf8' });
+    assert.equal((save.match(/^-A OUTPUT -j ISTIO_OUTPUT$/gm) ?? []).length, 1, `our jump is back, once:\n${save}`);
+    assert.match(save, /--comment "x\n-A OUTPUT -j ISTIO_OUTPUT" -j RETURN/, "the tenant's own rule is left as it was");
+    assert.match(save, /^-A we"ird -j RETURN$/m, "the tenant's chain is left as it was");
     assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
   });
 });

@@ -7,14 +7,15 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { describe, it, type TestContext } from 'node:test';
 import { DAEMON, type DaemonProcess } from '../support/daemonProcess.ts';
 import { metric, morePasses } from '../support/daemonMetrics.ts';
-import { namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
+import { plainPod, sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
 import { createPodNetworkFixture, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
-import { startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
+import type { AgentRig, PodAttachment } from '../support/startAgentRig.ts';
+import { verifyingRig } from '../support/verifyingRig.ts';
 
 interface Backend {
   name: string;
@@ -90,16 +91,10 @@ async function addPod(t: TestContext, rig: AgentRig, pod: ReturnType<typeof side
 
 for (const backend of backends) {
   describe(`[${backend.name}] continuous verification repairs drift`, { skip: kernelSkip, timeout: 180_000 }, () => {
-    let rig: AgentRig;
-    before(async () => {
-      rig = await startAgentRig({ VERIFY_INTERVAL: '1s', ...backend.env });
-      rig.api.upsertNamespace(namespaceObject('default'));
-    });
-    after(async () => {
-      await rig?.close();
-    });
+    const agent = verifyingRig({ ...backend.env });
 
     it('removed and changed capture rules are repaired once each, counted and logged', async (t) => {
+      const rig = agent();
       const pod = sidecarPod('default', `web-${backend.name}`);
       rig.api.upsertPod(pod);
       const net = await addPod(t, rig, pod, `c-web-${backend.name}`);
@@ -126,6 +121,7 @@ for (const backend of backends) {
     });
 
     it('Istio state in a pod outside the mesh is reported, never removed', async (t) => {
+      const rig = agent();
       const pod = plainPod('default', `plain-${backend.name}`);
       rig.api.upsertPod(pod);
       const net = await addPod(t, rig, pod, `c-plain-${backend.name}`);
@@ -144,16 +140,10 @@ for (const backend of backends) {
 }
 
 describe('[report-only] continuous verification reports and repairs nothing', { skip: kernelSkip, timeout: 120_000 }, () => {
-  let rig: AgentRig;
-  before(async () => {
-    rig = await startAgentRig({ VERIFY_INTERVAL: '1s', VERIFY_REPORT_ONLY: 'true', FORCE_IPTABLES_BINARY: 'nft' });
-    rig.api.upsertNamespace(namespaceObject('default'));
-  });
-  after(async () => {
-    await rig?.close();
-  });
+  const agent = verifyingRig({ VERIFY_REPORT_ONLY: 'true', FORCE_IPTABLES_BINARY: 'nft' });
 
   it('a removed capture jump is reported once and left as found; doctor shows it (exit 1), then the daemon down (exit 2)', async (t) => {
+    const rig = agent();
     const pod = sidecarPod('default', 'web-report');
     rig.api.upsertPod(pod);
     const net = await addPod(t, rig, pod, 'c-web-report');
@@ -202,16 +192,10 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
 });
 
 describe('[restart] pods handled by an earlier run are verified by the next', { skip: kernelSkip, timeout: 120_000 }, () => {
-  let rig: AgentRig;
-  before(async () => {
-    rig = await startAgentRig({ VERIFY_INTERVAL: '1s', FORCE_IPTABLES_BINARY: 'nft' });
-    rig.api.upsertNamespace(namespaceObject('default'));
-  });
-  after(async () => {
-    await rig?.close();
-  });
+  const agent = verifyingRig({ FORCE_IPTABLES_BINARY: 'nft' });
 
   it('drift in a pod added before the restart is repaired by the restarted agent', async (t) => {
+    const rig = agent();
     const pod = sidecarPod('default', 'web-restart');
     rig.api.upsertPod(pod);
     const net = await addPod(t, rig, pod, 'c-web-restart');
@@ -226,17 +210,11 @@ describe('[restart] pods handled by an earlier run are verified by the next', { 
 });
 
 describe('[adopted] a pod whose rules live in the backend the node did not choose', { skip: kernelSkip, timeout: 120_000 }, () => {
-  let rig: AgentRig;
-  before(async () => {
-    // Not forced: the node's backend is decided (decideIptablesBackend) and the other one is adoptable.
-    rig = await startAgentRig({ VERIFY_INTERVAL: '1s' });
-    rig.api.upsertNamespace(namespaceObject('default'));
-  });
-  after(async () => {
-    await rig?.close();
-  });
+  // Not forced: the node's backend is decided (decideIptablesBackend) and the other one is adoptable.
+  const agent = verifyingRig({});
 
   it('is verified where its rules are: no drift pass after pass, and a flush there is repaired there', async (t) => {
+    const rig = agent();
     const pod = sidecarPod('default', 'web-adopted');
     rig.api.upsertPod(pod);
     const net = await addPod(t, rig, pod, 'c-web-adopted');

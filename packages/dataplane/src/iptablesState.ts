@@ -4,6 +4,18 @@ export type IptablesChainRules = Map<string, string[]>;
 export type IptablesState = Map<string, IptablesChainRules>;
 
 const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
+const tables = new Set(['raw', 'mangle', 'nat', 'filter', 'security']);
+
+/**
+ * A table or chain name read back that may go into a restore document: a known table; a chain name
+ * of the characters iptables' own chains and ours use (a name read back is the tenant's to choose).
+ */
+export function isPlainTableName(name: string): boolean {
+  return tables.has(name);
+}
+export function isPlainChainName(name: string): boolean {
+  return /^[A-Za-z0-9_.-]{1,28}$/.test(name);
+}
 
 /** Chains this agent owns: the ISTIO_* family (upstream `tools/istio-iptables` constants); everything else belongs to someone else. */
 export function isIstioChain(chain: string): boolean {
@@ -14,11 +26,72 @@ export function isBuiltinChain(chain: string): boolean {
   return builtinChains.has(chain);
 }
 
+/**
+ * Splits rule words at spaces, honouring the double quotes iptables-save puts around an argument
+ * (a comment): a quote opens only at the start of a word, `\"` inside is an escaped quote. Returns
+ * the words and whether a quote is still open at the end. A quote elsewhere (a tenant's chain
+ * `we"ird`) is an ordinary character.
+ */
+function splitWords(text: string): { words: string[]; open: boolean } {
+  const words: string[] = [];
+  let word = '';
+  let quoted = false;
+  let started = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i] ?? '';
+    if (quoted) {
+      if (c === '\\' && i + 1 < text.length) word += c + text[++i];
+      else {
+        word += c;
+        if (c === '"') quoted = false;
+      }
+    } else if (c === ' ' || c === '\t') {
+      if (started) words.push(word);
+      word = '';
+      started = false;
+    } else {
+      if (c === '"' && !started) quoted = true;
+      word += c;
+      started = true;
+    }
+  }
+  if (started) words.push(word);
+  return { words, open: quoted };
+}
+
+/** A rule's words as iptables reads them (see {@link splitWords}). */
+export function ruleTokens(rule: string): string[] {
+  return splitWords(rule).words;
+}
+
+/**
+ * `iptables-save` output as logical lines. A netns's tenant can put a newline into a rule's comment,
+ * which iptables-save prints raw inside the quotes: an `-A` line whose quoted argument is still open
+ * continues on the next line (kept as the two characters `\n`), so a comment can never start a line
+ * of its own (a forged rule). The chain name (the word after `-A`) never opens a quote.
+ */
+function saveLines(text: string): string[] {
+  const lines: string[] = [];
+  let pending: string | undefined;
+  for (const physical of text.split('\n')) {
+    const line = pending === undefined ? physical : `${pending}\\n${physical}`;
+    const rest = /^\s*-A\s+\S+\s(.*)$/s.exec(line)?.[1];
+    if (rest !== undefined && splitWords(rest).open) {
+      pending = line;
+      continue;
+    }
+    pending = undefined;
+    lines.push(line);
+  }
+  if (pending !== undefined) lines.push(pending);
+  return lines;
+}
+
 /** Parses `iptables-save` output. Comments and counters are dropped; chain declarations are kept. */
 export function parseIptablesSave(text: string): IptablesState {
   const state: IptablesState = new Map();
   let table: IptablesChainRules | undefined;
-  for (const raw of text.split('\n')) {
+  for (const raw of saveLines(text)) {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) continue;
     if (line.startsWith('*')) {
@@ -31,9 +104,10 @@ export function parseIptablesSave(text: string): IptablesState {
       const chain = line.slice(1).split(/\s+/)[0] ?? '';
       if (!table.has(chain)) table.set(chain, []);
     } else if (table !== undefined && line.startsWith('-A ')) {
-      const [, chain = '', ...rest] = line.split(/\s+/);
+      const m = /^-A\s+(\S+)\s*(.*)$/s.exec(line);
+      const chain = m?.[1] ?? '';
       const rules = table.get(chain) ?? [];
-      rules.push(rest.join(' '));
+      rules.push(ruleTokens(m?.[2] ?? '').join(' '));
       table.set(chain, rules);
     }
   }
@@ -42,7 +116,7 @@ export function parseIptablesSave(text: string): IptablesState {
 
 /** The chain a rule jumps or goes to (`-j X` / `-g X`), if any. */
 export function jumpTarget(rule: string): string | undefined {
-  const tokens = rule.split(' ');
+  const tokens = ruleTokens(rule);
   const i = tokens.findIndex((t) => t === '-j' || t === '-g' || t === '--jump' || t === '--goto');
   return i < 0 ? undefined : tokens[i + 1];
 }

@@ -108,7 +108,7 @@ test('reconcile rewrites a different state in one restore', async () => {
   assert.equal(result.outcome.ipv4, 'reconciled');
   const restore = runner.calls.at(-1);
   assert.equal(restore?.options.netns, netns);
-  assert.match(restore?.options.stdin ?? '', /^\* nat\n-D OUTPUT -j ISTIO_REDIRECT\n-F ISTIO_REDIRECT\n-A OUTPUT/);
+  assert.match(restore?.options.stdin ?? '', /^\* nat\n-D OUTPUT 1\n-F ISTIO_REDIRECT\n-A OUTPUT/);
 });
 
 test('verify lists differences per family; the canonical form is cached', async () => {

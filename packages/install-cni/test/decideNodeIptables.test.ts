@@ -35,6 +35,6 @@ test("start-up: the backend is logged once with what was found where, and anothe
   );
   const removal = runner.calls.find((c) => c.argv[0] === 'iptables-legacy-restore');
   assert.equal(removal?.options.netns, HOST);
-  assert.match(removal?.options.stdin ?? '', /-D POSTROUTING -j ISTIO_POSTRT\n-F ISTIO_POSTRT\n-X ISTIO_POSTRT/);
+  assert.match(removal?.options.stdin ?? '', /-D POSTROUTING 1\n-F ISTIO_POSTRT\n-X ISTIO_POSTRT/);
   assert.ok(lines.some((l) => l.level === 'warn' && /left in iptables-legacy/.test(String(l.msg))));
 });
