@@ -186,29 +186,33 @@ for (const backend of backends)
     });
 
     /** The plugin as libcni runs it, with CNI_NETNS_OVERRIDE so the skel's own-netns check does not answer first. */
-    const add = (netns: string): Promise<ExecResult> => {
+    const exec = (command: 'ADD' | 'CHECK', netns: string): Promise<ExecResult> => {
       const pod = sidecarPod('default', `web-${podIndex++}`);
       const attachment: PodAttachment = { netns, containerId: `c${podIndex}`, address: '10.99.0.2/24', gateway: '10.99.0.1' };
       const conf = rig.pluginConf(attachment, { plugin_log_level: 'debug' });
-      return execPlugin(PLUGIN, { ...cniEnv('ADD', pod, attachment), CNI_NETNS_OVERRIDE: '1' }, JSON.stringify(conf), {
+      return execPlugin(PLUGIN, { ...cniEnv(command, pod, attachment), CNI_NETNS_OVERRIDE: '1' }, JSON.stringify(conf), {
         timeoutMs: 60_000,
       });
     };
+    const add = (netns: string) => exec('ADD', netns);
 
     const refusedCases = async (t: TestContext, degraded: boolean) => {
       const pid = degraded ? process.pid : (rig.daemon.child.pid as number);
       const cases = [...hostPaths(t, pid), ...notNetnsPaths(t, pid)];
       for (const [what, netns, reason] of cases) {
-        const before = await netnsState(TEST_NETNS);
-        const res = await add(netns);
-        assertRefused(res, netns, reason);
-        if (degraded) assert.match(res.stderr, /deciding in the plugin/, what);
-        else assert.doesNotMatch(res.stderr, /deciding in the plugin/, what);
-        assert.equal(await netnsState(TEST_NETNS), before, `${what}: the node's netfilter state and ipsets changed`);
+        // CHECK goes through the same guard: nothing runs in a netns that is not a pod's.
+        for (const command of ['ADD', 'CHECK'] as const) {
+          const before = await netnsState(TEST_NETNS);
+          const res = await exec(command, netns);
+          assertRefused(res, netns, reason);
+          if (degraded) assert.match(res.stderr, /deciding in the plugin/, `${command} ${what}`);
+          else assert.doesNotMatch(res.stderr, /deciding in the plugin/, `${command} ${what}`);
+          assert.equal(await netnsState(TEST_NETNS), before, `${command} ${what}: the node's netfilter state and ipsets changed`);
+        }
       }
     };
 
-    it('the agent refuses each with code 8 naming the netns; nothing runs', async (t) => {
+    it('the agent refuses each ADD and CHECK with code 8 naming the netns; nothing runs', async (t) => {
       await refusedCases(t, false);
     });
 
@@ -219,7 +223,7 @@ for (const backend of backends)
       assert.match(await netnsRuleset(net.pod.path), CAPTURE_CHAIN);
     });
 
-    it('with the agent down, degraded mode refuses each the same way', async (t) => {
+    it('with the agent down, degraded mode refuses each ADD and CHECK the same way', async (t) => {
       await rig.daemon.stop('SIGKILL');
       await refusedCases(t, true);
     });

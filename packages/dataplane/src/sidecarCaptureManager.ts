@@ -230,11 +230,14 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
         handle.close();
       }
     },
-    async verify(pod, netns) {
-      const planned = plan(pod, netns);
-      const ipv6 = await detectPodIpv6(options.runner, netns, { dualStack: planned.dualStack === true });
-      const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
-      return verifySidecarCapture(deps, { netns, plan: planned.plan({ ipv6 }), ...extra });
-    },
+    // CNI CHECK: through the guard like ADD, DEL and repair (the node's netns, or one that is no
+    // netns at all, is refused before any command runs in it).
+    verify: (pod, netns) =>
+      inNetns(netns, async (path) => {
+        const planned = plan(pod, path);
+        const ipv6 = await detectPodIpv6(options.runner, path, { dualStack: planned.dualStack === true });
+        const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
+        return verifySidecarCapture(deps, { netns: path, plan: planned.plan({ ipv6 }), ...extra });
+      }),
   };
 }

@@ -144,13 +144,14 @@ export function createPluginFuncs(deps: PluginDeps): PluginFuncs {
     },
 
     async check(args, conf) {
-      const { config, k8s } = prepare(args, conf);
+      const { config, k8s, log } = prepare(args, conf);
       if (skipReason(k8s, config)) return;
       try {
         await askAgent(deps.agentFor(config), handoffRequest('CHECK', args, conf, k8s));
       } catch (err) {
         if (!(err instanceof AgentUnreachableError)) throw err;
         if (!deps.degraded) throw new CniError(ErrorCode.TryAgainLater, 'istio-cni node agent is not reachable', err.message);
+        log.warn('istio-cni node agent unreachable; deciding in the plugin', { error: err.message });
         await deps.degraded.check(config, k8s, args.netns);
       }
     },

@@ -206,6 +206,8 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     } catch (err) {
       const refused = captureFailure(err);
       if (refused) return failure(refused);
+      // Code 8, as ADD: see PodNetnsRefusedError.
+      if (err instanceof PodNetnsRefusedError) return error(ErrorCode.InvalidNetNS, err.message);
       throw err;
     }
     const notInPlace = missingRulesFailure(missing);

@@ -146,6 +146,8 @@ export async function degradedCheck(
   } catch (err) {
     const refused = captureFailure(err);
     if (refused) throw cniError(refused);
+    // Code 8, as ADD: see PodNetnsRefusedError.
+    if (err instanceof PodNetnsRefusedError) throw new CniError(ErrorCode.InvalidNetNS, err.message);
     throw err;
   }
   const notInPlace = missingRulesFailure(missing);
