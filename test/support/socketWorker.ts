@@ -21,6 +21,20 @@ export interface LandedAt {
   originalDst?: { address: string; port: number };
 }
 
+/** Becomes the uid/gid asked for (all capabilities go with root), after every module is loaded. */
+function dropPrivileges(): void {
+  const gid = process.env.SOCKET_WORKER_GID;
+  const uid = process.env.SOCKET_WORKER_UID;
+  const { setgroups, setgid, setuid } = process;
+  if (setgroups === undefined || setgid === undefined || setuid === undefined) throw new Error('no set*id on this platform');
+  if (gid !== undefined) {
+    setgroups([Number(gid)]);
+    setgid(Number(gid));
+  }
+  if (uid !== undefined) setuid(Number(uid));
+}
+dropPrivileges();
+
 const closers: (() => void)[] = [];
 
 async function listen(req: Extract<WorkerRequest, { op: 'listen' }>): Promise<{ port: number }> {

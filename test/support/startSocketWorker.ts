@@ -22,17 +22,19 @@ export interface SocketWorkerOptions {
 }
 
 /**
- * Starts `socketWorker.ts` on the pinned Node inside `netns` as `uid`/`gid`
- * (`nsenter --net=<path> --setuid --setgid`), and resolves once it reports ready.
+ * Starts `socketWorker.ts` on the pinned Node inside `netns` (`nsenter --net=<path>`) and resolves
+ * once it reports ready. The worker starts as root and becomes `uid`/`gid` itself once its modules
+ * are loaded: the checkout may sit under a directory only root can enter (a clone in `/root`, a
+ * `mktemp -d`), where `nsenter --setuid` could not even execute Node.
  */
 export async function startSocketWorker(options: SocketWorkerOptions): Promise<SocketWorker> {
   const timeoutMs = options.timeoutMs ?? 5_000;
-  const argv = [`--net=${options.netns}`];
-  if (options.uid !== undefined) argv.push(`--setuid=${options.uid}`);
-  if (options.gid !== undefined) argv.push(`--setgid=${options.gid}`);
-  const child = spawn('nsenter', [...argv, '--', process.execPath, workerScript], {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' };
+  if (options.uid !== undefined) env.SOCKET_WORKER_UID = String(options.uid);
+  if (options.gid !== undefined) env.SOCKET_WORKER_GID = String(options.gid);
+  const child = spawn('nsenter', [`--net=${options.netns}`, '--', process.execPath, workerScript], {
     stdio: ['pipe', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
+    env,
   });
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
