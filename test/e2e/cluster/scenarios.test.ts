@@ -178,7 +178,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
     if (state !== undefined) assert.deepEqual(await tearDown(state), [], 'the cluster left something behind');
   });
 
-  it('1 install: the DaemonSet runs on every node; its installer copied the plugin into the node CNI bin dir and chained it last', async () => {
+  it('1 install: the DaemonSet runs on every node, under the runtime seccomp profile; its installer copied the plugin into the node CNI bin dir and chained it last', async () => {
     const pods = await agentPods();
     assert.deepEqual(pods.map((p) => p.spec.nodeName).sort(), cluster.nodes.map((n) => n.layout.name).sort());
     assert.ok(pods.every(isReady), 'every istio-cni-node pod is Ready');
@@ -190,6 +190,13 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
         `${node.layout.name}: the node's istio-cni is the image's (dist/istio-cni)`,
       );
       assert.deepEqual(conflistTypes(node), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: chained after the primary plugins`);
+      // The chart's seccompProfile RuntimeDefault: the agent runs (and got Ready) under a seccomp filter.
+      const agent = (await node.crictl(['ps', '--name', '^install-cni$', '--state', 'running', '-q'])).trim();
+      assert.match(agent, /^[0-9a-f]{64}$/, `${node.layout.name}: one running install-cni container`);
+      const pid = (JSON.parse(await node.crictl(['inspect', agent])) as { info?: { pid?: number } }).info?.pid;
+      assert.ok(pid !== undefined && pid > 0, `${node.layout.name}: the agent's pid`);
+      const status = readFileSync(`${nodeProcPath(node.holder.pid, pid)}/status`, 'utf8');
+      assert.match(status, /^Seccomp:\s+2$/m, `${node.layout.name}: the agent runs in seccomp filter mode`);
     }
   });
 
