@@ -113,4 +113,45 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [iptables-nf
     assert.match(save, /^-A we"ird -j RETURN$/m, "the tenant's chain is left as it was");
     assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
   });
+  it('a flood larger than the agent reads (18 MB of rules, printed before ours): reported, never acted on half-read, and verified again once gone', async (t) => {
+    const rig = agent();
+    const tenant = await addPod(t, rig, 'tenant-flood');
+    const neighbour = await addPod(t, rig, 'neighbour-flood');
+    const save = (netns: string, table: string) =>
+      execFileSync('nsenter', [`--net=${netns}`, '--', 'iptables-nft-save', '-t', table], {
+        encoding: 'utf8',
+        maxBuffer: 64 << 20,
+      }).replace(/^#.*\n/gm, '');
+    const tenantNat = save(tenant.pod.path, 'nat');
+    const neighbourNat = save(neighbour.pod.path, 'nat');
+    // iptables-nft-save prints filter before nat: a read cut at the agent's 16 MiB limit would
+    // hold none of our nat rules, and a repair from it would fail at every pass (chains exist).
+    const rules = 60_000;
+    const comment = 'x'.repeat(240);
+    const lines = ['*filter', ':TENANT - [0:0]'];
+    for (let i = 0; i < rules; i++)
+      lines.push(`-A TENANT -s 10.200.${(i >> 8) & 255}.${i & 255}/32 -m comment --comment "${comment}" -j RETURN`);
+    lines.push('COMMIT', '');
+    const inPod = (argv: string[], input = '') =>
+      execFileSync('nsenter', [`--net=${tenant.pod.path}`, '--', ...argv], { input, stdio: ['pipe', 'ignore', 'pipe'] });
+    inPod(['iptables-nft-restore', '--noflush'], lines.join('\n'));
+
+    const reported = await rig.daemon.waitForLog((e) => e.msg === 'pod could not be verified' && e.pod === 'default/tenant-flood', 30_000);
+    assert.match(String(reported.error), /printed more than 16777216 bytes; stopped and not read/, JSON.stringify(reported));
+    assert.ok(String(reported.error).length < 1000, 'the report names the limit, not what was printed');
+    await morePasses(rig.daemon, 3);
+    const acted = rig.daemon.entries.filter((e) => e.pod === 'default/tenant-flood' && e.msg === 'pod drifted from its plan');
+    assert.deepEqual(acted, [], 'nothing was repaired from a partial read');
+    assert.equal(save(tenant.pod.path, 'nat'), tenantNat, "the tenant pod's capture is as it was");
+    assert.equal(save(neighbour.pod.path, 'nat'), neighbourNat, 'the neighbour is untouched');
+    assert.ok((await metric(rig.daemon, 'istio_cni_drift_total', { kind: 'unverifiable', action: 'reported' })) >= 1);
+
+    inPod(['iptables-nft', '-t', 'filter', '-F', 'TENANT']);
+    inPod(['iptables-nft', '-t', 'filter', '-X', 'TENANT']);
+    inPod(['iptables-nft', '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT']);
+    const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/tenant-flood', 20_000);
+    assert.equal(line.action, 'repaired', JSON.stringify(line));
+    assert.equal(save(tenant.pod.path, 'nat'), tenantNat, 'once the flood is gone the pod is verified and repaired again');
+    assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
+  });
 });

@@ -57,11 +57,15 @@ export class CommandError extends DataplaneError {
   readonly stderr: string;
 
   constructor(
-    code: 'ERR_DATAPLANE_COMMAND_FAILED' | 'ERR_DATAPLANE_COMMAND_TIMEOUT' | 'ERR_DATAPLANE_COMMAND_NOT_FOUND',
+    code:
+      | 'ERR_DATAPLANE_COMMAND_FAILED'
+      | 'ERR_DATAPLANE_COMMAND_TIMEOUT'
+      | 'ERR_DATAPLANE_COMMAND_NOT_FOUND'
+      | 'ERR_DATAPLANE_OUTPUT_TOO_LARGE',
     details: CommandErrorDetails,
-    options?: { cause?: unknown; timeoutMs?: number },
+    options?: { cause?: unknown; timeoutMs?: number; maxOutputBytes?: number },
   ) {
-    super(code, describeFailure(code, details, options?.timeoutMs), options);
+    super(code, describeFailure(code, details, options), options);
     this.name = 'CommandError';
     this.argv = details.argv;
     this.netns = details.netns;
@@ -71,13 +75,24 @@ export class CommandError extends DataplaneError {
   }
 }
 
-function describeFailure(code: string, d: CommandErrorDetails, timeoutMs: number | undefined): string {
+/** How much of a command's stderr an error message quotes: what a tenant's netns makes it print stays a line, not a page. */
+export const STDERR_QUOTED_CHARS = 2048;
+
+function describeFailure(
+  code: string,
+  d: CommandErrorDetails,
+  options: { timeoutMs?: number; maxOutputBytes?: number } | undefined,
+): string {
   const where = d.netns === undefined ? '' : ` in netns ${JSON.stringify(d.netns)}`;
   const what = `failed to run ${JSON.stringify(d.argv.join(' '))}${where}`;
   const stderr = d.stderr.trim();
-  const tail = stderr === '' ? '' : `: ${stderr}`;
+  const quoted = stderr.length > STDERR_QUOTED_CHARS ? `${stderr.slice(0, STDERR_QUOTED_CHARS)}… (${stderr.length} characters)` : stderr;
+  const tail = quoted === '' ? '' : `: ${quoted}`;
   if (code === 'ERR_DATAPLANE_COMMAND_NOT_FOUND') return `${what}: program not found`;
-  if (code === 'ERR_DATAPLANE_COMMAND_TIMEOUT') return `${what}: timed out after ${timeoutMs ?? '?'} ms${tail}`;
+  if (code === 'ERR_DATAPLANE_COMMAND_TIMEOUT') return `${what}: timed out after ${options?.timeoutMs ?? '?'} ms${tail}`;
+  if (code === 'ERR_DATAPLANE_OUTPUT_TOO_LARGE') {
+    return `${what}: printed more than ${options?.maxOutputBytes ?? '?'} bytes; stopped and not read (a partial read-back is never acted on)`;
+  }
   if (d.exitCode === null) return `${what}: killed by ${d.signal ?? 'signal'}${tail}`;
   const program = d.argv[0] ?? '';
   const meaning = isXtablesProgram(program) ? xtablesExitMessage(d.exitCode) : undefined;

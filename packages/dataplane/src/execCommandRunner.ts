@@ -8,12 +8,17 @@ export interface ExecCommandRunnerOptions {
   nsenter?: string;
   /** Default per-command timeout; a command never runs unbounded. */
   timeoutMs?: number;
-  /** Captured output beyond this many bytes per stream is dropped (protects the agent's memory). */
+  /**
+   * A command whose stdout grows beyond this many bytes is killed and fails with
+   * ERR_DATAPLANE_OUTPUT_TOO_LARGE: read-backs from a tenant's netns bound the agent's memory, and a
+   * truncated read-back is never parsed as if it were whole. Stderr is kept up to 64 KiB (messages only).
+   */
   maxOutputBytes?: number;
 }
 
 const defaultTimeoutMs = 30_000;
 const defaultMaxOutputBytes = 16 * 1024 * 1024;
+const maxStderrBytes = 64 * 1024;
 
 /** The real runner: spawns the program directly (no shell), optionally under `nsenter --net=<path>`. */
 export function createExecCommandRunner(options: ExecCommandRunnerOptions = {}): CommandRunner {
@@ -48,8 +53,13 @@ function runOnce(argv: readonly string[], options: RunOptions, r: Resolved): Pro
   return new Promise((resolve, reject) => {
     const child = spawn(program, args, { env: r.env, stdio: ['pipe', 'pipe', 'pipe'] });
     const stdout = collect(r.maxBytes);
-    const stderr = collect(r.maxBytes);
-    child.stdout.on('data', stdout.push);
+    const stderr = collect(maxStderrBytes);
+    let tooLarge = false;
+    child.stdout.on('data', (chunk: Buffer) => {
+      if (stdout.push(chunk) || tooLarge) return;
+      tooLarge = true;
+      child.kill('SIGKILL');
+    });
     child.stderr.on('data', stderr.push);
     let timedOut = false;
     let spawnError: NodeJS.ErrnoException | undefined;
@@ -76,6 +86,8 @@ function runOnce(argv: readonly string[], options: RunOptions, r: Resolved): Pro
       if (spawnError !== undefined) {
         const code = spawnError.code === 'ENOENT' ? 'ERR_DATAPLANE_COMMAND_NOT_FOUND' : 'ERR_DATAPLANE_COMMAND_FAILED';
         reject(new CommandError(code, { ...details, stderr: details.stderr || spawnError.message }, { cause: spawnError }));
+      } else if (tooLarge) {
+        reject(new CommandError('ERR_DATAPLANE_OUTPUT_TOO_LARGE', { ...details, stdout: '' }, { maxOutputBytes: r.maxBytes }));
       } else if (timedOut) {
         reject(new CommandError('ERR_DATAPLANE_COMMAND_TIMEOUT', details, { timeoutMs: r.timeoutMs }));
       } else if (exitCode === 127 && options.netns !== undefined && /failed to execute/.test(details.stderr)) {
@@ -98,14 +110,15 @@ export function spawnPiped(argv: readonly [string, ...string[]]): ChildProcessWi
   return spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] });
 }
 
-function collect(maxBytes: number): { push: (chunk: Buffer) => void; text: () => string } {
+/** Keeps up to `maxBytes` of a stream; `push` answers whether everything so far was kept. */
+function collect(maxBytes: number): { push: (chunk: Buffer) => boolean; text: () => string } {
   const chunks: Buffer[] = [];
   let size = 0;
   return {
     push: (chunk) => {
-      if (size >= maxBytes) return;
-      chunks.push(chunk.subarray(0, maxBytes - size));
+      if (size < maxBytes) chunks.push(chunk.subarray(0, maxBytes - size));
       size += chunk.length;
+      return size <= maxBytes;
     },
     text: () => Buffer.concat(chunks).toString('utf8'),
   };

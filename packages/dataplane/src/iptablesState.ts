@@ -32,36 +32,40 @@ export function isBuiltinChain(chain: string): boolean {
  * the words and whether a quote is still open at the end. A quote elsewhere (a tenant's chain
  * `we"ird`) is an ordinary character.
  */
-function splitWords(text: string): { words: string[]; open: boolean } {
-  const words: string[] = [];
-  let word = '';
+function splitWords(text: string, words?: string[]): { words: string[]; open: boolean } {
+  // Words are slices of `text` (a flooded netns prints 100k rules: no per-character copies), taken
+  // only when `words` is given.
+  let start = -1;
   let quoted = false;
-  let started = false;
   for (let i = 0; i < text.length; i++) {
-    const c = text[i] ?? '';
+    const c = text[i];
     if (quoted) {
-      if (c === '\\' && i + 1 < text.length) word += c + text[++i];
-      else {
-        word += c;
-        if (c === '"') quoted = false;
-      }
+      if (c === '\\') i++;
+      else if (c === '"') quoted = false;
     } else if (c === ' ' || c === '\t') {
-      if (started) words.push(word);
-      word = '';
-      started = false;
-    } else {
-      if (c === '"' && !started) quoted = true;
-      word += c;
-      started = true;
+      if (start >= 0) words?.push(text.slice(start, i));
+      start = -1;
+    } else if (start < 0) {
+      start = i;
+      quoted = c === '"';
     }
   }
-  if (started) words.push(word);
-  return { words, open: quoted };
+  if (start >= 0) words?.push(text.slice(start, text.length));
+  return { words: words ?? [], open: quoted };
 }
 
 /** A rule's words as iptables reads them (see {@link splitWords}). */
 export function ruleTokens(rule: string): string[] {
-  return splitWords(rule).words;
+  return splitWords(rule, []).words;
+}
+
+/**
+ * A rule's text with its words joined by single spaces: the text itself when it has no run of
+ * blanks to collapse (what iptables-save prints), so a large read-back is not copied rule by rule.
+ */
+function normalizedRule(rule: string): string {
+  if (!/\t| {2}|^ | $/.test(rule)) return rule;
+  return ruleTokens(rule).join(' ');
 }
 
 /**
@@ -75,7 +79,7 @@ function saveLines(text: string): string[] {
   let pending: string | undefined;
   for (const physical of text.split('\n')) {
     const line = pending === undefined ? physical : `${pending}\\n${physical}`;
-    const rest = /^\s*-A\s+\S+\s(.*)$/s.exec(line)?.[1];
+    const rest = line.includes('"') ? /^\s*-A\s+\S+\s(.*)$/s.exec(line)?.[1] : undefined;
     if (rest !== undefined && splitWords(rest).open) {
       pending = line;
       continue;
@@ -107,7 +111,7 @@ export function parseIptablesSave(text: string): IptablesState {
       const m = /^-A\s+(\S+)\s*(.*)$/s.exec(line);
       const chain = m?.[1] ?? '';
       const rules = table.get(chain) ?? [];
-      rules.push(ruleTokens(m?.[2] ?? '').join(' '));
+      rules.push(normalizedRule(m?.[2] ?? ''));
       table.set(chain, rules);
     }
   }

@@ -72,3 +72,25 @@ test('xtables exit codes 1-4 are explained in the message', () => {
 test('an empty argv is refused', async () => {
   await assert.rejects(createExecCommandRunner().run([]), TypeError);
 });
+
+test('output beyond maxOutputBytes is never handed back cut short: the command is stopped and rejects, naming the limit', async () => {
+  const runner = createExecCommandRunner({ maxOutputBytes: 4096 });
+  const exact = await runner.run(['head', '-c', '4096', '/dev/zero']);
+  assert.equal(exact.stdout.length, 4096);
+  // `yes` never ends by itself: only the limit stops it.
+  const err = await runner.run(['yes', 'ISTIO_OUTPUT -j RETURN']).catch((e: unknown) => e);
+  assert.ok(err instanceof CommandError, String(err));
+  assert.equal(err.code, 'ERR_DATAPLANE_OUTPUT_TOO_LARGE');
+  assert.equal(err.stdout, '');
+  assert.match(err.message, /^failed to run "yes ISTIO_OUTPUT -j RETURN": printed more than 4096 bytes; stopped and not read/);
+});
+
+test('a long stderr is quoted in the error message up to a bound', async () => {
+  const err = await createExecCommandRunner()
+    .run(['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" x >&2; exit 1'])
+    .catch((e: unknown) => e);
+  assert.ok(err instanceof CommandError);
+  assert.equal(err.stderr.length, 65536);
+  assert.ok(err.message.length < 2300, `message of ${err.message.length} characters`);
+  assert.match(err.message, /x… \(65536 characters\)$/);
+});
