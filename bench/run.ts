@@ -11,6 +11,7 @@ import { bounded } from './measure.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
 import { benchRobustness } from './robustness.ts';
 import { benchSidecarAdd } from './sidecarAdd.ts';
+import { benchTenantFlood, printTenantFlood } from './tenantFlood.ts';
 import { benchUpstreamPeer } from './upstreamPeer.ts';
 import { benchVerifyAmbientPass } from './verifyAmbientPass.ts';
 import { benchVerifyCost, printVerifyCost } from './verifyCost.ts';
@@ -36,6 +37,7 @@ if (process.getuid?.() === 0) {
     'ambient',
     await bounded('bench: continuous verification pass, ambient', 10 * MINUTE, () => benchVerifyAmbientPass(110, 5)),
   );
+  printTenantFlood(await bounded('bench: a tenant floods its pod netns', 15 * MINUTE, () => benchTenantFlood(100_000, 3)));
   await bounded('bench: end-to-end sidecar ADD', 10 * MINUTE, () => benchSidecarAdd(runs));
   await bounded('bench: ambient enrolment', 15 * MINUTE, () => benchAmbient(runs));
   await bounded('bench: robustness under API faults', 15 * MINUTE, () => benchRobustness());

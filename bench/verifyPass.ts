@@ -34,7 +34,8 @@ export interface VerifyPassSample {
 
 export const INTERVAL_MS = 60_000;
 
-const pod = (i: number): Pod => ({
+/** The sidecar pod every verification bench checks (default sidecar rules). */
+export const benchPod = (i: number): Pod => ({
   metadata: {
     name: `bench-${i}`,
     namespace: 'default',
@@ -83,7 +84,7 @@ export async function measurePasses(
 }
 
 function onePass(manager: SidecarCaptureManager, netns: readonly string[]): Promise<PassTiming> {
-  return timePass(netns, async (path, i) => (await manager.inspect(pod(i), path, ['10.1.0.5'])).length > 0);
+  return timePass(netns, async (path, i) => (await manager.inspect(benchPod(i), path, ['10.1.0.5'])).length > 0);
 }
 
 export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPassSample[]> {
@@ -114,7 +115,7 @@ export async function benchVerifyPass(pods = 110, passes = 5): Promise<VerifyPas
       for (let i = 0; i < pods; i++) {
         const ns = freshNetns();
         namespaces.push(ns);
-        await manager.apply(pod(i), ns.path, ['10.1.0.5/24']);
+        await manager.apply(benchPod(i), ns.path, ['10.1.0.5/24']);
       }
       const paths = namespaces.map((n) => n.path);
       // The warm-up pass caches the plan's canonical form.

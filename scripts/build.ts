@@ -35,6 +35,7 @@ import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
+import { DAEMON_EXEC_ARGV } from './daemonRuntimeFlags.ts';
 import { type PluginRun, type PluginRuns, withPluginStandIns } from './pluginStandIns.ts';
 import { warmDaemonCodeCache } from './sea/warmDaemonCodeCache.ts';
 import { warmPluginCodeCache } from './sea/warmPluginCodeCache.ts';
@@ -157,10 +158,7 @@ const targets: Target[] = [
     name: 'install-cni',
     entry: 'packages/install-cni/src/main.ts',
     compiler: 'node-sea',
-    // A long-lived daemon of I/O glue on a 2-core node: a 1 MiB young generation (default up to
-    // 16 MiB per semi-space) and no TurboFan/Maglev, whose compiles cost CPU and map ~9 MiB of
-    // compiler code. Measured in bench/ambient.ts (docs/decisions.md, "Daemon runtime flags").
-    execArgv: ['--max-semi-space-size=1', '--no-opt', '--no-maglev'],
+    execArgv: [...DAEMON_EXEC_ARGV],
     // Every daemon start (a rolling update, a crash) would compile its start-up path; the cache has
     // every function compiled, and depends on nothing but the bundle and the flags (docs/decisions.md,
     // "Reproducible"). The warm-up cache of one start is smaller and not reproducible.
