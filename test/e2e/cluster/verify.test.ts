@@ -8,7 +8,8 @@
 // istio_cni_drift_total{action="repaired"}) and doctor exits 0. docs/architecture.md
 // ("Verification", "install-cni doctor") states the behaviour.
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startFakeZtunnel, type FakeZtunnel } from '../../support/fakeZtunnel.ts';
@@ -372,5 +373,83 @@ for (const backend of BACKENDS)
         reportOnly: false,
       });
       t.diagnostic(`doctor after repair:\n${text.stdout}`);
+    });
+    it('a hostile tenant: what NET_ADMIN in the sidecar pod allows in its netns (imitations of ours, a forged comment) reaches no log, is repaired, and the neighbour is untouched', async (t) => {
+      // Done from the node through nsenter into the pod's netns (the suite image carries no nft):
+      // the kernel state is what the tenant's own `nft`/`iptables` would leave.
+      const agentId = (await node().crictl(['ps', '--name', '^install-cni$', '--state', 'running', '-q'])).trim();
+      const agentPid = (JSON.parse(await node().crictl(['inspect', agentId])) as { info?: { pid?: number } }).info?.pid;
+      assert.ok(agentPid !== undefined && agentPid > 0, "the agent's pid");
+      const tokenPath = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+      // Read through the container's root, where /var/run is an absolute link to /run.
+      const token = readFileSync(
+        `${nodeProcPath(node().holder.pid, agentPid)}/root/run/secrets/kubernetes.io/serviceaccount/token`,
+        'utf8',
+      ).trim();
+      assert.ok(token.length > 40, "the agent's service account token, the canary");
+      // Without save headers (they carry the time) and counters (traffic moves them).
+      const rulesOf = async (namespace: string, name: string) =>
+        (await podRules(await netnsOf(namespace, name)))
+          .replace(/^#.*$/gm, '')
+          .replace(/\[\d+:\d+\]/g, '[]')
+          .replace(/counter packets \d+ bytes \d+/g, 'counter');
+      const neighbour = await rulesOf(AMBIENT_NS, AMBIENT);
+      const since = Date.now();
+      if (backend.name === 'nft') {
+        const dir = mkdtempSync(join(tmpdir(), 'hostile-tenant-'));
+        t.after(() => rmSync(dir, { recursive: true, force: true }));
+        const file = join(dir, 'tenant.json');
+        writeFileSync(
+          file,
+          JSON.stringify({
+            nftables: [
+              { add: { table: { family: 'inet', name: `istio-proxy-x;include"${tokenPath}"` } } },
+              { delete: { table: { family: 'inet', name: 'istio-proxy-nat' } } },
+            ],
+          }),
+        );
+        await inPod(NS, SIDECAR, ['nft', '-j', '-f', file], false);
+      } else {
+        const [flavor] = (await natTables(NS, SIDECAR)).iptables;
+        assert.ok(flavor !== undefined, 'the sidecar pod has ISTIO_* iptables state');
+        const xt = `iptables-${flavor}`;
+        await inPod(
+          NS,
+          SIDECAR,
+          [xt, '-t', 'nat', '-I', 'OUTPUT', '1', '-m', 'comment', '--comment', 'x\n-A OUTPUT -j ISTIO_OUTPUT', '-j', 'RETURN'],
+          false,
+        );
+        await inPod(NS, SIDECAR, [xt, '-t', 'nat', '-N', 'we"ird'], false);
+        await inPod(NS, SIDECAR, [xt, '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT'], false);
+      }
+      const lines = await waitFor(
+        `the verifier's line about ${NS}/${SIDECAR}`,
+        async () => {
+          const found = await driftLines(`${NS}/${SIDECAR}`, since);
+          return found.length > 0 ? found : undefined;
+        },
+        REPAIR_WAIT_MS,
+      );
+      assert.equal(lines[0]?.action, 'repaired', JSON.stringify(lines[0]));
+      await waitFor('doctor exits 0 after the repair', async () => ((await doctor()).exitCode === 0 ? true : undefined), REPAIR_WAIT_MS);
+      assert.ok(await captured(NS, SIDECAR, 'sidecar'), "the tenant's pod is captured again");
+      assert.equal(await rulesOf(AMBIENT_NS, AMBIENT), neighbour, 'the neighbour pod is untouched');
+      const name = (await agent()).metadata.name;
+      const log = (await api().request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${name}/log?container=install-cni`)).text;
+      assert.ok(!log.includes(token.slice(0, 40)), "the agent's token is nowhere in its log");
+      assert.ok(
+        !log.includes('"level":"error"'),
+        log
+          .split('\n')
+          .filter((l) => l.includes('"level":"error"'))
+          .join('\n'),
+      );
+      if (backend.name !== 'nft') {
+        const save =
+          (await inPod(NS, SIDECAR, ['iptables-nft-save', '-t', 'nat'])).stdout +
+          (await inPod(NS, SIDECAR, ['iptables-legacy-save', '-t', 'nat'])).stdout;
+        assert.equal((save.match(/^-A OUTPUT -j ISTIO_OUTPUT$/gm) ?? []).length, 1, `our jump is back, once:\n${save}`);
+        assert.match(save, /^:we"ird/m, "the tenant's chain is left as it was");
+      }
     });
   });
