@@ -5,12 +5,12 @@
  * JSON input, a table whose name would make an nft script include a canary file, a table whose name
  * forges listing lines, and removes the agent's rules. The agent must report the imitations, delete
  * them (by handle) and repair its own rules, and the canary's contents must appear nowhere it writes:
- * logs, metrics. The neighbour pod keeps its rules untouched.
+ * logs, metrics, files. The neighbour pod keeps its rules untouched.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
@@ -21,6 +21,13 @@ import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 import type { AgentRig } from '../support/startAgentRig.ts';
 import { verifyingRig } from '../support/verifyingRig.ts';
+
+/** Every regular file under `dir` (the agent's host root: what it installs and keeps). */
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => join(e.parentPath, e.name));
+}
 
 async function addPod(t: TestContext, rig: AgentRig, name: string) {
   const pod = sidecarPod('default', name);
@@ -88,6 +95,13 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
     ] as const) {
       assert.ok(!text.includes(secret), `the canary's contents are in the agent's ${where}`);
     }
+    const written = filesUnder(rig.root.dir);
+    assert.ok(written.length > 0, 'the agent wrote files (conflist, kubeconfig, attachments)');
+    assert.deepEqual(
+      written.filter((f) => readFileSync(f).includes(secret)),
+      [],
+      "the canary's contents are in no file the agent wrote",
+    );
     assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
   });
 });
