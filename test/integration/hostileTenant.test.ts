@@ -19,6 +19,7 @@ import { kernelSkip } from '../support/hostTools.ts';
 import { sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { runDoctor } from '../support/runDoctor.ts';
 import type { AgentRig } from '../support/startAgentRig.ts';
 import { verifyingRig } from '../support/verifyingRig.ts';
 
@@ -103,6 +104,39 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
       "the canary's contents are in no file the agent wrote",
     );
     assert.ok(!rig.daemon.lines.some((l) => /"level":"error"/.test(l)), rig.daemon.lines.filter((l) => l.includes('error')).join('\n'));
+  });
+});
+
+describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nftables, report-only]', {
+  skip: kernelSkip,
+  timeout: 180_000,
+}, () => {
+  const agent = verifyingRig({ NATIVE_NFTABLES: 'true', VERIFY_REPORT_ONLY: 'true' });
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'hostile-tenant-'));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('doctor names a table imitating ours, escaped, and reads nothing it names', async (t) => {
+    const rig = agent();
+    const canary = join(dir, 'canary');
+    const secret = `canary-${randomBytes(12).toString('hex')}`;
+    writeFileSync(canary, `${secret}\n`, { mode: 0o600 });
+    const tenant = await addPod(t, rig, 'tenant-doctor');
+    tenantNft(dir, tenant.pod.path, [{ add: { table: { family: 'inet', name: `istio-proxy-x;include"${canary}"` } } }]);
+    const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/tenant-doctor', 20_000);
+    assert.equal(line.action, 'reported', JSON.stringify(line));
+    const shown = runDoctor(rig, ['default/tenant-doctor']);
+    assert.equal(shown.code, 1, shown.stdout);
+    const problem = shown.report.problems.find((p) => p.startsWith('default/tenant-doctor:'));
+    assert.ok(problem !== undefined, shown.stdout);
+    const name = `istio-proxy-x;include"${canary}"`;
+    // Shown JSON-escaped and cut to 64 characters (a TMPDIR may make the path long).
+    const shownName = name.length > 64 ? `${name.slice(0, 64)}…` : name;
+    assert.ok(problem.includes(`unexpected table inet ${JSON.stringify(shownName)} (handle `), problem);
+    assert.ok(!shown.stdout.includes(secret), "the canary's contents are in doctor's output");
+    assert.ok(!rig.daemon.lines.join('\n').includes(secret), "the canary's contents are in the agent's logs");
   });
 });
 

@@ -6,13 +6,14 @@
  * the pod; Istio state in a plain pod is reported, never removed; report-only repairs nothing.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { describe, it, type TestContext } from 'node:test';
-import { DAEMON, type DaemonProcess } from '../support/daemonProcess.ts';
+import type { DaemonProcess } from '../support/daemonProcess.ts';
 import { metric, morePasses } from '../support/daemonMetrics.ts';
 import { plainPod, sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
+import { runDoctor } from '../support/runDoctor.ts';
 import { createPodNetworkFixture, type PodNetworkFixture } from '../support/podNetworkFixture.ts';
 import type { AgentRig, PodAttachment } from '../support/startAgentRig.ts';
 import { verifyingRig } from '../support/verifyingRig.ts';
@@ -62,24 +63,7 @@ function driftLines(daemon: DaemonProcess, pod: string): Record<string, unknown>
     .filter((e) => e.msg === 'pod drifted from its plan' && e.pod === pod);
 }
 
-/** `install-cni doctor` run as an operator would (`kubectl exec ... -- install-cni doctor`), against the rig's host root. */
-function doctor(
-  rig: AgentRig,
-  args: string[],
-): { code: number | null; report: { ok: boolean; problems: string[]; daemon: Record<string, unknown> }; stdout: string } {
-  const r = spawnSync(DAEMON, ['doctor', ...args, '-o', 'json'], {
-    env: {
-      PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
-      CNI_BIN_SOURCE_DIR: rig.root.binSource,
-      CNI_BIN_TARGET_DIRS: rig.root.binTarget,
-      MOUNTED_CNI_NET_DIR: rig.root.netDir,
-      CNI_AGENT_RUN_DIR: rig.root.runDir,
-    },
-    encoding: 'utf8',
-    timeout: 60_000,
-  });
-  return { code: r.status, report: JSON.parse(r.stdout) as ReturnType<typeof doctor>['report'], stdout: r.stdout };
-}
+const doctor = runDoctor;
 
 async function addPod(t: TestContext, rig: AgentRig, pod: ReturnType<typeof sidecarPod>, containerId: string) {
   const net: PodNetworkFixture = createPodNetworkFixture(t);
