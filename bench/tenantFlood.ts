@@ -24,6 +24,7 @@ import {
   type SidecarCaptureManager,
 } from '@istio-cni/dataplane';
 import { DAEMON_EXEC_ARGV } from '../scripts/daemonRuntimeFlags.ts';
+import { readRssKiB } from '../test/support/watchPeakRss.ts';
 import { freshNetns } from './applySidecarRules.ts';
 import { median, processCpuMs } from './measure.ts';
 import { benchPod } from './verifyPass.ts';
@@ -102,8 +103,8 @@ function breakCapture(backend: Backend, netns: string): void {
   else inNetns(netns, [`iptables-${backend.forceIptablesBinary ?? 'nft'}`, '-t', 'nat', '-F', 'ISTIO_OUTPUT']);
 }
 
-function peakRssKiB(field: 'VmRSS' | 'VmHWM'): number {
-  const m = new RegExp(`^${field}:\\s+(\\d+)\\s+kB$`, 'm').exec(readFileSync('/proc/self/status', 'utf8'));
+function peakRssKiB(): number {
+  const m = /^VmHWM:\s+(\d+)\s+kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
   return m ? Number(m[1]) : 0;
 }
 
@@ -116,7 +117,7 @@ async function timed<T>(fn: () => Promise<T>): Promise<{ value: T; wallMs: numbe
 
 /** In the measuring process: inspections, the capture broken, one repair, one more inspection. */
 async function measureInThisProcess(backend: Backend, netns: string, tenantRules: number, passes: number): Promise<TenantFloodSample> {
-  const rssStartKiB = peakRssKiB('VmRSS');
+  const rssStartKiB = readRssKiB(process.pid) ?? 0;
   const m = manager(backend);
   const pod = benchPod(0);
   const inspect = () => m.inspect(pod, netns, ['10.1.0.5']);
@@ -138,7 +139,7 @@ async function measureInThisProcess(backend: Backend, netns: string, tenantRules
     repairCpuMs: repair.cpuMs,
     driftAfterRepair: after.length,
     rssStartKiB,
-    rssPeakKiB: peakRssKiB('VmHWM'),
+    rssPeakKiB: peakRssKiB(),
   };
 }
 

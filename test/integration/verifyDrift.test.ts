@@ -63,8 +63,6 @@ function driftLines(daemon: DaemonProcess, pod: string): Record<string, unknown>
     .filter((e) => e.msg === 'pod drifted from its plan' && e.pod === pod);
 }
 
-const doctor = runDoctor;
-
 async function addPod(t: TestContext, rig: AgentRig, pod: ReturnType<typeof sidecarPod>, containerId: string) {
   const net: PodNetworkFixture = createPodNetworkFixture(t);
   const attachment: PodAttachment = { netns: net.pod.path, containerId, address: `${net.pod.ipv4}/24`, gateway: net.node.ipv4 };
@@ -131,7 +129,7 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     const pod = sidecarPod('default', 'web-report');
     rig.api.upsertPod(pod);
     const net = await addPod(t, rig, pod, 'c-web-report');
-    const healthy = doctor(rig, []);
+    const healthy = runDoctor(rig, []);
     assert.equal(healthy.code, 0, healthy.stdout);
     assert.deepEqual(healthy.report.problems, []);
     inNetns(net.pod.path, xtables('iptables-nft').removeCapture);
@@ -153,7 +151,7 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     assert.equal(await metric(rig.daemon, 'istio_cni_drift_total', { kind: 'rules_missing', action: 'repaired' }), 0);
     assert.equal(driftLines(rig.daemon, 'default/web-report').length, 1, 'logged once while unchanged');
 
-    const shown = doctor(rig, ['default/web-report']);
+    const shown = runDoctor(rig, ['default/web-report']);
     assert.equal(shown.code, 1, shown.stdout);
     const pods = shown.report.daemon.pods as { pod: string; status: string; drift: { kind: string; detail: string }[] }[];
     assert.deepEqual(
@@ -164,7 +162,7 @@ describe('[report-only] continuous verification reports and repairs nothing', { 
     assert.equal(await netnsRuleset(net.pod.path), afterInjection, 'doctor repaired nothing');
 
     await rig.daemon.stop();
-    const down = doctor(rig, []);
+    const down = runDoctor(rig, []);
     assert.equal(down.code, 2, down.stdout);
     assert.equal(down.report.daemon.reachable, false);
     // A stopped daemon uninstalls (not an upgrade): the node checks say so without it.
@@ -202,7 +200,7 @@ describe('[adopted] a pod whose rules live in the backend the node did not choos
     const pod = sidecarPod('default', 'web-adopted');
     rig.api.upsertPod(pod);
     const net = await addPod(t, rig, pod, 'c-web-adopted');
-    const nodeFlavor = (doctor(rig, []).report.daemon.backend as string).replace('iptables-', '');
+    const nodeFlavor = (runDoctor(rig, []).report.daemon.backend as string).replace('iptables-', '');
     assert.ok(nodeFlavor === 'nft' || nodeFlavor === 'legacy', `an iptables backend: ${nodeFlavor}`);
     const other = nodeFlavor === 'nft' ? 'legacy' : 'nft';
     // Move the pod's rules to the other backend, as a pod programmed before a node changed backends.
@@ -221,7 +219,7 @@ describe('[adopted] a pod whose rules live in the backend the node did not choos
     await morePasses(rig.daemon, 3);
     assert.deepEqual(driftLines(rig.daemon, 'default/web-adopted'), [], 'not drift: its rules are in place where they live');
     assert.equal(await netnsRuleset(net.pod.path), moved, 'nothing rewritten, nothing copied into the node backend');
-    assert.equal(doctor(rig, ['default/web-adopted']).code, 0);
+    assert.equal(runDoctor(rig, ['default/web-adopted']).code, 0);
 
     inNetns(net.pod.path, xtables(`iptables-${other}`).removeCapture);
     const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/web-adopted', 20_000);

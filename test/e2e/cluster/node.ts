@@ -74,6 +74,15 @@ export function nodeProcPath(holderPid: number, nodePid: number): string {
   return `/proc/${holderPid}/root/proc/${nodePid}`;
 }
 
+/** This machine's /proc path of the one running container named `name` on `node` (e.g. `install-cni`). */
+export async function runningContainerProcPath(node: RunningNode, name: string): Promise<string> {
+  const id = (await node.crictl(['ps', '--name', `^${name}$`, '--state', 'running', '-q'])).trim();
+  if (!/^[0-9a-f]{64}$/.test(id)) throw new Error(`${node.layout.name}: not one running ${name} container: ${JSON.stringify(id)}`);
+  const pid = (JSON.parse(await node.crictl(['inspect', id])) as { info?: { pid?: number } }).info?.pid;
+  if (pid === undefined || pid <= 0) throw new Error(`${node.layout.name}: the ${name} container reports no pid`);
+  return nodeProcPath(node.holder.pid, pid);
+}
+
 /** The namespace holder of node `name` as `make up` recorded it. */
 export function recordedHolder(state: ClusterState, name: string): ProcessRecord | undefined {
   return state.processes.find((p) => p.name === holderName(name));

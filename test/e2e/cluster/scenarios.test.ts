@@ -23,7 +23,7 @@ import {
   waitDaemonSetReady,
   type LocalCluster,
 } from './localCluster.ts';
-import { nodePrivateDir, nodeProcPath, type RunningNode } from './node.ts';
+import { nodePrivateDir, nodeProcPath, type RunningNode, runningContainerProcPath } from './node.ts';
 import { loadState } from './state.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { tearDown } from './teardown.ts';
@@ -191,11 +191,7 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
       );
       assert.deepEqual(conflistTypes(node), ['bridge', 'portmap', 'istio-cni'], `${node.layout.name}: chained after the primary plugins`);
       // The chart's seccompProfile RuntimeDefault: the agent runs (and got Ready) under a seccomp filter.
-      const agent = (await node.crictl(['ps', '--name', '^install-cni$', '--state', 'running', '-q'])).trim();
-      assert.match(agent, /^[0-9a-f]{64}$/, `${node.layout.name}: one running install-cni container`);
-      const pid = (JSON.parse(await node.crictl(['inspect', agent])) as { info?: { pid?: number } }).info?.pid;
-      assert.ok(pid !== undefined && pid > 0, `${node.layout.name}: the agent's pid`);
-      const status = readFileSync(`${nodeProcPath(node.holder.pid, pid)}/status`, 'utf8');
+      const status = readFileSync(`${await runningContainerProcPath(node, 'install-cni')}/status`, 'utf8');
       assert.match(status, /^Seccomp:\s+2$/m, `${node.layout.name}: the agent runs in seccomp filter mode`);
     }
   });

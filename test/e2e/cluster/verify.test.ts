@@ -22,7 +22,7 @@ import { runCommand } from '../support/runCommand.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
-import { nodePrivateDir, nodeProcPath, type RunningNode } from './node.ts';
+import { nodePrivateDir, nodeProcPath, type RunningNode, runningContainerProcPath } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 import { upgradeWith } from './upgradeProfile.ts';
@@ -377,13 +377,10 @@ for (const backend of BACKENDS)
     it('a hostile tenant: what NET_ADMIN in the sidecar pod allows in its netns (imitations of ours, a forged comment) reaches no log, is repaired, and the neighbour is untouched', async (t) => {
       // Done from the node through nsenter into the pod's netns (the suite image carries no nft):
       // the kernel state is what the tenant's own `nft`/`iptables` would leave.
-      const agentId = (await node().crictl(['ps', '--name', '^install-cni$', '--state', 'running', '-q'])).trim();
-      const agentPid = (JSON.parse(await node().crictl(['inspect', agentId])) as { info?: { pid?: number } }).info?.pid;
-      assert.ok(agentPid !== undefined && agentPid > 0, "the agent's pid");
       const tokenPath = '/var/run/secrets/kubernetes.io/serviceaccount/token';
       // Read through the container's root, where /var/run is an absolute link to /run.
       const token = readFileSync(
-        `${nodeProcPath(node().holder.pid, agentPid)}/root/run/secrets/kubernetes.io/serviceaccount/token`,
+        `${await runningContainerProcPath(node(), 'install-cni')}/root/run/secrets/kubernetes.io/serviceaccount/token`,
         'utf8',
       ).trim();
       assert.ok(token.length > 40, "the agent's service account token, the canary");
