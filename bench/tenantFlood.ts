@@ -7,7 +7,9 @@
  * (read every time, as when the tenant moves the netns's generation at every pass), then the
  * tenant's flood stays and our capture is broken (our chain flushed), and one repair. The foreign
  * rules are never drift, the repair leaves no drift, and the process's peak RSS shows what the read
- * of a flooded netns costs. The agent refuses a read-back beyond 16 MiB (ERR_DATAPLANE_OUTPUT_TOO_LARGE:
+ * of a flooded netns costs. With native nftables, one more case: the tenant's table imitates ours
+ * (`istio-proxy-tenant`), so every inspection reports it (drift 1) and the repair removes it, flood
+ * and all. The agent refuses a read-back beyond 16 MiB (ERR_DATAPLANE_OUTPUT_TOO_LARGE:
  * the pod is reported unverifiable), so this is the most memory a netns's rules can cost it.
  *
  * Part of `make bench`. Alone, as root after `make build`: `node bench/tenantFlood.ts`
@@ -50,10 +52,12 @@ const BACKENDS: readonly Backend[] = (process.env.BACKENDS?.split(',') ?? ['ipta
 export interface TenantFloodSample {
   backend: string;
   tenantRules: number;
+  /** The tenant's table is named like ours (native nftables): drift 1 at each inspection, removed by the repair. */
+  imitation: boolean;
   /** Median of the timed inspections: wall and CPU (this process and the commands it ran). */
   inspectWallMs: number;
   inspectCpuMs: number;
-  /** Drift the inspections found (must be 0: the tenant's rules are not ours). */
+  /** Drift the inspections found (0: the tenant's rules are not ours; 1 with an imitation). */
   inspectDrift: number;
   repairWallMs: number;
   repairCpuMs: number;
@@ -80,14 +84,14 @@ function inNetns(netns: string, argv: readonly string[], stdin?: string): void {
 
 const address = (i: number) => `10.${200 + ((i >> 16) & 0x1f)}.${(i >> 8) & 0xff}.${i & 0xff}`;
 
-/** What a tenant puts in its own netns: `rules` rules in a chain (or table) of its own. */
-function flood(backend: Backend, netns: string, rules: number): void {
+/** What a tenant puts in its own netns: `rules` rules in a chain (or table: `nftTable`) of its own. */
+function flood(backend: Backend, netns: string, rules: number, nftTable = 'tenant'): void {
   if (rules === 0) return;
   const lines: string[] = [];
   if (backend.nativeNftables) {
-    lines.push('add table inet tenant', 'add chain inet tenant flood');
+    lines.push(`add table inet ${nftTable}`, `add chain inet ${nftTable} flood`);
     for (let i = 0; i < rules; i++)
-      lines.push(`add rule inet tenant flood ip saddr ${address(i)} counter return comment "tenant rule ${i}"`);
+      lines.push(`add rule inet ${nftTable} flood ip saddr ${address(i)} counter return comment "tenant rule ${i}"`);
     inNetns(netns, ['nft', '-f', '-'], `${lines.join('\n')}\n`);
     return;
   }
@@ -116,7 +120,15 @@ async function timed<T>(fn: () => Promise<T>): Promise<{ value: T; wallMs: numbe
 }
 
 /** In the measuring process: inspections, the capture broken, one repair, one more inspection. */
-async function measureInThisProcess(backend: Backend, netns: string, tenantRules: number, passes: number): Promise<TenantFloodSample> {
+interface FloodCase {
+  backend: Backend;
+  netns: string;
+  tenantRules: number;
+  passes: number;
+  imitation: boolean;
+}
+
+async function measureInThisProcess({ backend, netns, tenantRules, passes, imitation }: FloodCase): Promise<TenantFloodSample> {
   const rssStartKiB = readRssKiB(process.pid) ?? 0;
   const m = manager(backend);
   const pod = benchPod(0);
@@ -132,6 +144,7 @@ async function measureInThisProcess(backend: Backend, netns: string, tenantRules
   return {
     backend: backend.name,
     tenantRules,
+    imitation,
     inspectWallMs: median(runs.map((r) => r.wallMs)),
     inspectCpuMs: median(runs.map((r) => r.cpuMs)),
     inspectDrift: Math.max(...runs.map((r) => r.value.length)),
@@ -145,11 +158,11 @@ async function measureInThisProcess(backend: Backend, netns: string, tenantRules
 
 const self = fileURLToPath(import.meta.url);
 
-function measureInChild(backend: Backend, netns: string, tenantRules: number, passes: number): Promise<TenantFloodSample> {
+function measureInChild({ backend, netns, tenantRules, passes, imitation }: FloodCase): Promise<TenantFloodSample> {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      [...DAEMON_EXEC_ARGV, self, '--measure', backend.name, netns, String(tenantRules), String(passes)],
+      [...DAEMON_EXEC_ARGV, self, '--measure', backend.name, netns, String(tenantRules), String(passes), String(imitation)],
       {
         stdio: ['ignore', 'pipe', 'pipe'],
       },
@@ -168,12 +181,17 @@ function measureInChild(backend: Backend, netns: string, tenantRules: number, pa
 export async function benchTenantFlood(rules = 100_000, passes = 3): Promise<TenantFloodSample[]> {
   const samples: TenantFloodSample[] = [];
   for (const backend of BACKENDS) {
-    for (const tenantRules of [0, rules]) {
+    const cases = [
+      { tenantRules: 0, imitation: false },
+      { tenantRules: rules, imitation: false },
+      ...(backend.nativeNftables ? [{ tenantRules: rules, imitation: true }] : []),
+    ];
+    for (const { tenantRules, imitation } of cases) {
       const ns = freshNetns();
       try {
         await manager(backend).apply(benchPod(0), ns.path, ['10.1.0.5/24']);
-        flood(backend, ns.path, tenantRules);
-        samples.push(await measureInChild(backend, ns.path, tenantRules, passes));
+        flood(backend, ns.path, tenantRules, imitation ? 'istio-proxy-tenant' : 'tenant');
+        samples.push(await measureInChild({ backend, netns: ns.path, tenantRules, passes, imitation }));
       } finally {
         ns.remove();
       }
@@ -190,18 +208,22 @@ export function printTenantFlood(samples: readonly TenantFloodSample[]): void {
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const s of samples) {
     console.log(
-      `| ${s.backend} | ${s.tenantRules} | ${s.inspectWallMs.toFixed(0)} | ${s.inspectCpuMs.toFixed(0)} | ${s.inspectDrift} | ${s.repairWallMs.toFixed(0)} | ${s.repairCpuMs.toFixed(0)} | ${s.driftAfterRepair} | ${(s.rssStartKiB / 1024).toFixed(1)} | ${(s.rssPeakKiB / 1024).toFixed(1)} |`,
+      `| ${s.backend}${s.imitation ? ' (its table named istio-proxy-tenant)' : ''} | ${s.tenantRules} | ${s.inspectWallMs.toFixed(0)} | ${s.inspectCpuMs.toFixed(0)} | ${s.inspectDrift} | ${s.repairWallMs.toFixed(0)} | ${s.repairCpuMs.toFixed(0)} | ${s.driftAfterRepair} | ${(s.rssStartKiB / 1024).toFixed(1)} | ${(s.rssPeakKiB / 1024).toFixed(1)} |`,
     );
   }
 }
 
 if (import.meta.main) {
-  const [flag, name, netns, rules, passes] = process.argv.slice(2);
+  const [flag, name, netns, rules, passes, imitation] = process.argv.slice(2);
   if (flag === '--measure') {
     const backend = ALL_BACKENDS.find((b) => b.name === name);
     if (backend === undefined || netns === undefined)
       throw new Error(`usage: tenantFlood.ts --measure <${ALL_BACKENDS.map((b) => b.name).join('|')}> <netns> <rules> <passes>`);
-    process.stdout.write(JSON.stringify(await measureInThisProcess(backend, netns, Number(rules), Number(passes))));
+    process.stdout.write(
+      JSON.stringify(
+        await measureInThisProcess({ backend, netns, tenantRules: Number(rules), passes: Number(passes), imitation: imitation === 'true' }),
+      ),
+    );
   } else {
     printTenantFlood(await benchTenantFlood(Number(process.env.FLOOD_RULES ?? 100_000), Number(process.env.PASSES ?? 3)));
   }

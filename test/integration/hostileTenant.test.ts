@@ -2,9 +2,9 @@
  * (root, real kernel) A tenant holds NET_ADMIN in its own sidecar pod and puts state into the pod's
  * netns that imitates ours, to steer the agent: `dist/install-cni` with native nftables and a 1 s
  * VERIFY_INTERVAL, two sidecar pods added through the built plugin. The tenant adds, through nft's
- * JSON input, a table whose name would make an nft script include a canary file, a table whose name
- * forges listing lines, and removes the agent's rules. The agent must report the imitations, delete
- * them (by handle) and repair its own rules, and the canary's contents must appear nowhere it writes:
+ * JSON input, tables (with a chain, without) whose names would make an nft script include a canary
+ * file, a table whose name forges listing lines, and removes the agent's rules. The agent must report
+ * the imitations, remove them (by name, through nft's JSON input) and repair its own rules, and the canary's contents must appear nowhere it writes:
  * logs, metrics, files. The neighbour pod keeps its rules untouched.
  */
 import assert from 'node:assert/strict';
@@ -65,25 +65,35 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('tables imitating ours are reported and deleted by handle, the canary never read; the pod is repaired, its neighbour untouched', async (t) => {
+  it('tables imitating ours, with chains or without, are reported and removed by name through nft JSON input, the canary never read; the pod is repaired, its neighbour untouched', async (t) => {
     const rig = agent();
     const tenant = await addPod(t, rig, 'tenant');
     const neighbour = await addPod(t, rig, 'neighbour');
     const programmed = await netnsRuleset(tenant.pod.path);
     const neighbourRules = await netnsRuleset(neighbour.pod.path);
 
+    const withChain = `istio-proxy-x;include"${canary}"`;
+    const forger = 'istio-proxy-nat {\n}\ntable inet istio-proxy-forged';
     tenantNft(dir, tenant.pod.path, [
-      { add: { table: { family: 'inet', name: `istio-proxy-x;include"${canary}"` } } },
-      { add: { table: { family: 'inet', name: 'istio-proxy-nat {\n}\ntable inet istio-proxy-forged {' } } },
+      { add: { table: { family: 'inet', name: withChain } } },
+      { add: { chain: { family: 'inet', table: withChain, name: 'c', type: 'filter', hook: 'output', prio: 0, policy: 'accept' } } },
+      // No chains: found only from `nft list chains`' header lines. This name forges two of them
+      // (ours, and `istio-proxy-forged`): neither is taken for a table, and the table itself is not seen.
+      { add: { table: { family: 'inet', name: forger } } },
+      { add: { table: { family: 'ip', name: `istio-proxy-y;include"${canary}"` } } },
       { delete: { table: { family: 'inet', name: 'istio-proxy-nat' } } },
     ]);
     const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/tenant', 20_000);
     assert.equal(line.action, 'repaired', JSON.stringify(line));
     const drift = JSON.stringify(line.drift);
     assert.ok(drift.includes('unexpected table inet \\"istio-proxy-x;include'), drift);
+    assert.ok(drift.includes('unexpected table ip \\"istio-proxy-y;include'), drift);
+    assert.ok(drift.includes('(no chains)'), `the table without chains is named as such: ${drift}`);
+    assert.ok(!drift.includes('istio-proxy-forged'), `a forged header line is no table: ${drift}`);
     assert.ok(drift.includes('table inet istio-proxy-nat missing'), drift);
     await morePasses(rig.daemon, 2);
-    assert.equal(await netnsRuleset(tenant.pod.path), programmed, "the tenant's tables are gone and ours are back");
+    tenantNft(dir, tenant.pod.path, [{ delete: { table: { family: 'inet', name: forger } } }]);
+    assert.equal(await netnsRuleset(tenant.pod.path), programmed, "the tenant's imitations are gone and ours are back");
     assert.equal(await netnsRuleset(neighbour.pod.path), neighbourRules, 'the neighbour is untouched');
     const kinds = (line.drift as { kind: string }[]).map((d) => d.kind);
     for (const kind of kinds)
@@ -134,7 +144,7 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
     const name = `istio-proxy-x;include"${canary}"`;
     // Shown JSON-escaped and cut to 64 characters (a TMPDIR may make the path long).
     const shownName = name.length > 64 ? `${name.slice(0, 64)}…` : name;
-    assert.ok(problem.includes(`unexpected table inet ${JSON.stringify(shownName)} (handle `), problem);
+    assert.ok(problem.includes(`unexpected table inet ${JSON.stringify(shownName)} (no chains)`), problem);
     assert.ok(!shown.stdout.includes(secret), "the canary's contents are in doctor's output");
     assert.ok(!rig.daemon.lines.join('\n').includes(secret), "the canary's contents are in the agent's logs");
   });

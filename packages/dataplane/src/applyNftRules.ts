@@ -2,7 +2,15 @@ import type { CommandRunner } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
 import { type OpenScratchNetns, withScratchNetns } from './scratchNetns.ts';
 import type { ApplyOutcome } from './applyIptablesRules.ts';
-import { deleteNftTableByHandle, describeNftTable, isOwnNftTable, listNftTables, type NftTableRef, nftTableKey } from './nftTableList.ts';
+import {
+  describeNftTable,
+  findPrefixedNftTables,
+  isOwnNftTable,
+  type NftTableRef,
+  nftTableKey,
+  removeNftTables,
+  removeOwnNftTable,
+} from './nftTableList.ts';
 
 export interface NftDeps {
   runner: CommandRunner;
@@ -42,13 +50,13 @@ export function nftScriptTables(script: string): string[] {
  * follows the iptables contract instead: owned tables absent → apply; present and identical (as
  * `nft -s list table` prints them, compared with the plan listed from a scratch netns) → no-op;
  * different → error unless `reconcile`, which deletes the owned tables and re-adds the plan in the
- * same transaction. Tables are found with `nft -j list tables` and deleted by handle: a table whose
- * name only imitates ours (a tenant's `istio-proxy-x;include"…"`) is reported and deleted, its name
- * never reaching nft as syntax (`nftTableList.ts`).
+ * same transaction. Tables are found from nft's chain listings (`nftTableList.ts`): a table whose
+ * name only imitates ours (a tenant's `istio-proxy-x;include"…"`) is reported and, on reconcile,
+ * removed first through nft's JSON input, its name never reaching nft as syntax.
  */
 export async function applyNftRules(deps: NftDeps, options: ApplyNftRulesOptions): Promise<ApplyOutcome> {
   const nft = deps.nft ?? 'nft';
-  const existing = await prefixedTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
+  const existing = await findPrefixedNftTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
   if (existing.length === 0) {
     await deps.runner.run([nft, '-f', '-'], { netns: options.netns, stdin: options.script });
     return 'applied';
@@ -62,8 +70,10 @@ export async function applyNftRules(deps: NftDeps, options: ApplyNftRulesOptions
         `it already holds different istio tables (reconcile would replace them): ${differences.join('; ')}`,
     );
   }
-  // One transaction: a table gone since the listing fails it, and the next pass starts over.
-  const prologue = existing.map(deleteNftTableByHandle);
+  const imitations = existing.filter((t) => !isOwnNftTable(t));
+  await removeNftTables(deps.runner, nft, options.netns, imitations);
+  // Ours in one transaction: the netns is never without capture between the old tables and the new.
+  const prologue = existing.filter(isOwnNftTable).map(removeOwnNftTable);
   await deps.runner.run([nft, '-f', '-'], { netns: options.netns, stdin: [...prologue, options.script].join('\n') });
   return 'reconciled';
 }
@@ -77,7 +87,7 @@ export interface VerifyNftRulesOptions {
 /** Differences between the netns's owned nft tables and the script; empty means in place (CNI CHECK). */
 export async function verifyNftRules(deps: NftDeps, options: VerifyNftRulesOptions): Promise<string[]> {
   const nft = deps.nft ?? 'nft';
-  const existing = await prefixedTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
+  const existing = await findPrefixedNftTables(deps.runner, nft, options.netns, options.ownedTablePrefix ?? defaultPrefix);
   return diffNft(deps, nft, options.netns, options.script, existing);
 }
 
@@ -113,11 +123,6 @@ export async function canonicalNftTables(deps: NftDeps, nft: string, script: str
   return listing;
 }
 
-/** The netns's tables whose name starts with `prefix` (ours and any imitating ours). */
-async function prefixedTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<NftTableRef[]> {
-  return (await listNftTables(runner, nft, netns)).filter((t) => t.name.startsWith(prefix));
-}
-
 /**
  * The netns's tables whose name starts with `prefix`: each of ours as `nft -s list table` prints it
  * (listed one by one, by a validated name: a tenant's table or comment cannot forge lines of ours),
@@ -125,7 +130,7 @@ async function prefixedTables(runner: CommandRunner, nft: string, netns: string,
  */
 export async function readNftTables(runner: CommandRunner, nft: string, netns: string, prefix: string): Promise<Map<string, string>> {
   const tables = new Map<string, string>();
-  for (const t of await prefixedTables(runner, nft, netns, prefix)) {
+  for (const t of await findPrefixedNftTables(runner, nft, netns, prefix)) {
     if (isOwnNftTable(t)) tables.set(nftTableKey(t), await listTable(runner, nft, netns, nftTableKey(t)));
     else tables.set(describeNftTable(t), '');
   }

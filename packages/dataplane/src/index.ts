@@ -113,14 +113,16 @@ export { type ListenSeqpacketOptions, listenSeqpacket, type SeqpacketListener } 
 export { KOFFI_SEA_ASSET, loadKoffi } from './seqpacket/loadKoffi.ts';
 export { trimMallocArenas } from './seqpacket/libc.ts';
 export {
-  deleteNftTableByHandle,
   describeNftTable,
+  findPrefixedNftTables,
   isOwnNftTable,
-  listNftTables,
   type NftFamily,
   type NftTableRef,
   nftTableKey,
-  parseNftTableList,
+  parseNftChainTables,
+  parseNftTableHeaders,
+  removeNftTables,
+  removeOwnNftTable,
 } from './nftTableList.ts';
 export { defaultPeerUids, type PeerCredentials, peerCredentials, refusedPeer } from './seqpacket/peerCredentials.ts';
 export {

@@ -82,7 +82,7 @@ test('an existing mark rule (EEXIST) is tolerated; IPv6 route skipped when the p
   );
   assert.ok(!(batches[1]?.options.stdin ?? '').includes('::/0'), 'no IPv6 loopback route');
   const argv = runner.calls.map((c) => c.argv.join(' '));
-  assert.deepEqual(argv.slice(-2), ['nft -j list tables', 'nft -f -']);
+  assert.deepEqual(argv.slice(-3), ['nft -j list chains', 'nft list chains', 'nft -f -']);
   assert.match(runner.calls.at(-1)?.options.stdin ?? '', /^add table inet istio-ambient-nat/m);
 });
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applySidecarCapture, createRecordingCommandRunner, DataplaneError, type OpenScratchNetns } from '@istio-cni/dataplane';
-import { nftTablesJson } from '../../../test/support/nftTablesJson.ts';
+import { nftChainListings } from '../../../test/support/nftChainListings.ts';
 
 const netns = '/var/run/netns/pod';
 const scratch: OpenScratchNetns = async () => ({ path: '/proc/99/ns/net', close: async () => {} });
@@ -17,17 +17,19 @@ const addresses = JSON.stringify([
 ]);
 const script = 'add table inet istio-proxy-nat\nflush table inet istio-proxy-nat\n';
 
-function pod(existingTables: string) {
+function pod(...existingTables: string[]) {
   return createRecordingCommandRunner(({ argv, options }) => {
     if (argv[0] === 'ip' && argv.includes('addr') && argv.includes('show')) return { stdout: addresses, stderr: '' };
-    if (argv[0] === 'nft' && argv.includes('tables')) return { stdout: options.netns === netns ? existingTables : '', stderr: '' };
+    const chains = nftChainListings(...(options.netns === netns ? existingTables : []));
+    if (argv.join(' ') === 'nft -j list chains') return { stdout: chains.json, stderr: '' };
+    if (argv.join(' ') === 'nft list chains') return { stdout: chains.text, stderr: '' };
     if (argv[0] === 'nft' && argv.includes('list')) return { stdout: options.netns === netns ? 'old' : 'new', stderr: '' };
     return undefined;
   });
 }
 
 test('the plan gets the detected family, then rules are applied before the routes', async () => {
-  const runner = pod('');
+  const runner = pod();
   const seen: boolean[] = [];
   const result = await applySidecarCapture(
     { runner, openScratchNetns: scratch },
@@ -51,14 +53,14 @@ test('the plan gets the detected family, then rules are applied before the route
 
 test('without dual stack the first address (IPv4) decides', async () => {
   const result = await applySidecarCapture(
-    { runner: pod(''), openScratchNetns: scratch },
+    { runner: pod(), openScratchNetns: scratch },
     { netns, plan: () => ({ backend: 'nft', script }) },
   );
   assert.equal(result.ipv6, false);
 });
 
 test('a refused apply adds no routes', async () => {
-  const runner = pod(nftTablesJson('inet istio-proxy-nat'));
+  const runner = pod('inet istio-proxy-nat');
   await assert.rejects(
     applySidecarCapture({ runner, openScratchNetns: scratch }, { netns, tproxyRoutes: true, plan: () => ({ backend: 'nft', script }) }),
     (err: unknown) => err instanceof DataplaneError && err.code === 'ERR_DATAPLANE_STATE_CONFLICT',

@@ -78,9 +78,9 @@ test('--native-nftables applies the transaction with one nft -f - in the netns',
   const dry = await runCommand([...args, '-n'], { ...deps, env: { ENABLE_INBOUND_IPV6: 'false' } });
   const run = await runCommand(args, { ...deps, env: { ENABLE_INBOUND_IPV6: 'false' } });
   assert.equal(run.exitCode, 0, run.stderr);
-  assert.deepEqual(argvs(run.runner.calls), ['nft -j list tables', 'nft -f -']);
-  assert.equal(run.runner.calls[1]?.options.netns, NETNS);
-  assert.equal(run.runner.calls[1]?.options.stdin, dryRunDocuments(dry.stdout));
+  assert.deepEqual(argvs(run.runner.calls), ['nft -j list chains', 'nft list chains', 'nft -f -']);
+  assert.equal(run.runner.calls[2]?.options.netns, NETNS);
+  assert.equal(run.runner.calls[2]?.options.stdin, dryRunDocuments(dry.stdout));
 });
 
 test('--skip-rule-apply runs nothing', async () => {
