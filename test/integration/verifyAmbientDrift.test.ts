@@ -2,8 +2,9 @@
  * Continuous verification of ambient pods (root, real kernel): `dist/install-cni` with ambient on
  * and a 1 s VERIFY_INTERVAL in a scratch node netns, a pod with a real pause process enrolled
  * through the built plugin, a fake ztunnel. Drift injected by hand (in-pod rules removed, the pod's
- * IP deleted from the host probe set, ztunnel refusing the pod in a reconnect snapshot) is repaired
- * once each, counted in `istio_cni_drift_total` and logged naming the pod.
+ * IP deleted from the host probe set, ztunnel refusing the pod in a reconnect snapshot; on the node,
+ * the host probe rules flushed, removed by a firewalld-style reload, or given an extra rule) is
+ * repaired once each, counted in `istio_cni_drift_total` and logged naming the pod (or the node state).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -49,7 +50,52 @@ const iptablesBackend = {
     return holder !== undefined && inNetns(netns, [holder, '-t', 'nat', '-D', 'OUTPUT', '-j', 'ISTIO_OUTPUT']);
   },
   removeProbe: (node: string, ip: string) => inNetns(node, ['ipset', 'del', 'istio-inpod-probes-v4', ip]),
+  host: {
+    flush: (node: string) => inNetns(node, [hostHolder(node), '-t', 'nat', '-F']),
+    // firewalld's reload with its iptables backend: every chain flushed, every user chain deleted.
+    reload: (node: string) => {
+      const holder = hostHolder(node);
+      return inNetns(node, [holder, '-t', 'nat', '-F']) && inNetns(node, [holder, '-t', 'nat', '-X']);
+    },
+    extra: (node: string) => inNetns(node, [hostHolder(node), '-t', 'nat', '-A', 'POSTROUTING', '-j', 'ISTIO_POSTRT']),
+  },
 };
+
+/**
+ * A rule dump with the blocks inside each nft table (chains, sets) in sorted order: a chain deleted
+ * and re-added is listed after the others by `nft list ruleset`, the same rules all the same.
+ */
+function chainsSorted(dump: string): string {
+  const out: string[] = [];
+  let blocks: string[] | undefined;
+  let current: string[] | undefined;
+  for (const line of dump.split('\n')) {
+    if (current !== undefined) {
+      current.push(line);
+      if (line === '\t}') {
+        blocks?.push(current.join('\n'));
+        current = undefined;
+      }
+    } else if (blocks !== undefined && /^\t\S.* \{$/.test(line)) current = [line];
+    else if (blocks !== undefined && line === '}') {
+      out.push(...blocks.sort(), line);
+      blocks = undefined;
+    } else {
+      out.push(line);
+      if (/^table .* \{$/.test(line)) blocks = [];
+    }
+  }
+  return out.join('\n');
+}
+
+/** The xtables backend holding the host probe jump in the node netns (the agent's decision there). */
+function hostHolder(node: string): string {
+  const holder = ['iptables-nft', 'iptables-legacy'].find((bin) =>
+    execFileSync('nsenter', [`--net=${node}`, '--', `${bin}-save`, '-t', 'nat'], { encoding: 'utf8' }).includes('-j ISTIO_POSTRT'),
+  );
+  if (holder === undefined) throw new Error('no backend holds the host probe jump');
+  return holder;
+}
 
 const backends = [
   { name: 'iptables', env: {}, ...iptablesBackend },
@@ -62,6 +108,13 @@ const backends = [
     removeRules: (netns: string) => inNetns(netns, ['nft', 'delete', 'table', 'inet', 'istio-ambient-nat']),
     removeProbe: (node: string, ip: string) =>
       inNetns(node, ['nft', 'delete', 'element', 'inet', 'istio-ambient-nat', 'istio-inpod-probes-v4', `{ ${ip} }`]),
+    host: {
+      flush: (node: string) => inNetns(node, ['nft', 'flush', 'chain', 'inet', 'istio-ambient-nat', 'postrouting']),
+      // firewalld's reload with its nftables backend where it owns the ruleset: everything gone, probe sets too.
+      reload: (node: string) => inNetns(node, ['nft', 'flush', 'ruleset']),
+      extra: (node: string) =>
+        inNetns(node, ['nft', 'add', 'rule', 'inet', 'istio-ambient-nat', 'postrouting', 'ip', 'daddr', '192.0.2.1', 'accept']),
+    },
   },
 ];
 
@@ -172,4 +225,37 @@ for (const backend of backends)
       assert.deepEqual(ztunnel.fdProblems, []);
       assert.equal(await metric('not_enrolled', 'repaired'), 1);
     });
+
+    // Last: a reload with native nft also empties the probe sets, which the pods' own checks repair.
+    let hostRepairs = 0;
+
+    for (const [what, inject] of [
+      ["the node's nat table flushed by an operator", 'flush'],
+      ['a firewalld-style reload (nat chains flushed and deleted; with nft the whole ruleset)', 'reload'],
+      ['an extra rule beside ours (a second jump, an extra rule in our chain)', 'extra'],
+    ] as const) {
+      it(`host probe rules: ${what} → put back within an interval, exactly the plan (host_rules, repaired)`, async () => {
+        const programmed = await netnsRuleset(node.netns.path);
+        const entries = await probeSetEntries(node.netns.path, backend.sets);
+        const hostLine = (e: Record<string, unknown>) => e.msg === 'node state drifted from its plan' && e.state === 'host probe rules';
+        const seen = rig.daemon.logged(hostLine).length;
+        assert.ok(backend.host[inject](node.netns.path), 'drift injected');
+        await until('the host rules drift logged', () => rig.daemon.logged(hostLine).length > seen);
+        const line = rig.daemon.logged(hostLine)[seen] ?? {};
+        assert.equal(line.action, 'repaired', JSON.stringify(line));
+        assert.match(JSON.stringify(line.drift), /"host_rules"/);
+        hostRepairs++;
+        assert.equal(await metric('host_rules', 'repaired'), hostRepairs);
+        // The pod's probe-set entry (gone with the nft ruleset) is back through the pod's own check.
+        await until(
+          'probe set entries back',
+          async () => JSON.stringify(await probeSetEntries(node.netns.path, backend.sets)) === JSON.stringify(entries),
+        );
+        assert.equal(
+          chainsSorted(await netnsRuleset(node.netns.path)),
+          chainsSorted(programmed),
+          'the host rules are the plan again, once each',
+        );
+      });
+    }
   });

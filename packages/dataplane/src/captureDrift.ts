@@ -13,7 +13,9 @@ export type DriftKind =
   | 'ztunnel'
   | 'annotation'
   /** An ambient pod that should be enrolled (or says it is) whose netns this agent does not hold. */
-  | 'not_enrolled';
+  | 'not_enrolled'
+  /** The node's host probe rules (ambient) differ from the plan: a flush or reload removed them. */
+  | 'host_rules';
 
 export interface Drift {
   kind: DriftKind;

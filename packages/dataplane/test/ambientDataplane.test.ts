@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ambientConfigFromOptions } from '@istio-cni/capture';
 import {
+  deleteAmbientHostRules,
   AmbientDataplaneError,
   applyAmbientPodRules,
   CommandError,
@@ -337,11 +338,31 @@ test('kubelet UID: comm kubelet/kubelite need "kubelet" in the command line, k3s
   });
 });
 
+test('host rules (iptables): every copy of the jump is deleted, so the chain can go (an operator added a second)', async () => {
+  let copies = 2;
+  const runner = createRecordingCommandRunner((call) => {
+    if (!call.argv.includes('-D')) return undefined;
+    return copies-- > 0 ? undefined : new Error('iptables: Bad rule (does a matching rule exist in that chain?).');
+  });
+  await deleteAmbientHostRules({ runner, openScratchNetns: scratch }, { config: v4, backend: iptBackend });
+  assert.deepEqual(
+    runner.calls.map((c) => c.argv.join(' ')),
+    [
+      'iptables-legacy -w -t nat -D POSTROUTING -j ISTIO_POSTRT',
+      'iptables-legacy -w -t nat -D POSTROUTING -j ISTIO_POSTRT',
+      'iptables-legacy -w -t nat -D POSTROUTING -j ISTIO_POSTRT',
+      'iptables-legacy -w -t nat -F ISTIO_POSTRT',
+      'iptables-legacy -w -t nat -X ISTIO_POSTRT',
+    ],
+  );
+});
+
 test('host rules (iptables) in the current netns: old rules removed, then restored with the global xtables lock', async () => {
   const calls: RecordedCall[] = [];
   const runner = createRecordingCommandRunner((call) => {
     calls.push(call);
-    return undefined;
+    // A clean node: no jump to delete.
+    return call.argv.includes('-D') ? new Error('iptables: Bad rule (does a matching rule exist in that chain?).') : undefined;
   });
   await createAmbientHostRules({ runner, openScratchNetns: scratch }, { config: v4, backend: iptBackend });
   const argv = runner.calls.map((c) => c.argv.join(' '));
@@ -386,7 +407,9 @@ test('host rules (iptables) exactly in place (a restart, a switch from upstreamâ
 });
 
 test('host rules (iptables) that differ from the plan (a second copy of the SNAT) are removed and restored', async () => {
+  let jumps = 1;
   const runner = createRecordingCommandRunner((call) => {
+    if (call.argv.includes('-D')) return jumps-- > 0 ? undefined : new Error('iptables: Bad rule');
     if (call.argv[0] !== 'iptables-legacy-save') return undefined;
     const twice = `${planned}-A ISTIO_POSTRT -p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source 169.254.7.127\n`;
     return { stdout: hostSave(call.options.netns === undefined ? twice : planned), stderr: '' };
@@ -395,6 +418,7 @@ test('host rules (iptables) that differ from the plan (a second copy of the SNAT
   const onHost = runner.calls.filter((c) => c.options.netns === undefined).map((c) => c.argv.join(' '));
   assert.deepEqual(onHost, [
     'iptables-legacy-save',
+    'iptables-legacy -w -t nat -D POSTROUTING -j ISTIO_POSTRT',
     'iptables-legacy -w -t nat -D POSTROUTING -j ISTIO_POSTRT',
     'iptables-legacy -w -t nat -F ISTIO_POSTRT',
     'iptables-legacy -w -t nat -X ISTIO_POSTRT',

@@ -41,6 +41,8 @@ function harness(
     fingerprint?: (families: readonly string[] | undefined) => string;
     /** The iptables backend `inspect` says it read the rules from. */
     readFrom?: IptablesBackend;
+    /** Host probe rules: what `verify` finds (an Error: it throws). */
+    hostRules?: string[] | Error;
   } = {},
 ) {
   const calls: string[] = [];
@@ -83,6 +85,18 @@ function harness(
     ...(opts.fingerprint === undefined
       ? {}
       : { legacyFingerprints: { fingerprint: (_fd, families) => opts.fingerprint?.(families) ?? '' } }),
+    ...(opts.hostRules === undefined
+      ? {}
+      : {
+          hostRules: {
+            verify: async () => {
+              calls.push('host verify');
+              if (opts.hostRules instanceof Error) throw opts.hostRules;
+              return opts.hostRules ?? [];
+            },
+            repair: async () => void calls.push('host repair'),
+          },
+        }),
     podRules: {
       inspect: async (path, plan) => {
         calls.push(`inspect ${path}`);
@@ -296,5 +310,33 @@ describe('ambient verifier', () => {
   it('a failing inspection is unverifiable', async () => {
     const h = harness([pod('web', { annotation: 'enabled' })], { inspectError: 'nft: permission denied' });
     assert.deepEqual(await verifyOnly(h), { status: 'unverifiable', error: 'nft: permission denied' });
+  });
+});
+
+it('the host probe rules are a target of every pass: drift host_rules, repaired as at start-up; a failed read unverifiable', async () => {
+  assert.ok(
+    !harness([])
+      .verifier.targets()
+      .some((t) => t.scope === 'node'),
+    'no host rules access: no node target',
+  );
+  const { verifier, calls } = harness([pod('web', { labels: ambientLabels })], {
+    hostRules: ['missing chain inet istio-ambient-nat postrouting'],
+  });
+  const targets = verifier.targets();
+  assert.deepEqual(targets[0], { key: 'ambient/node/host-probe-rules', pod: 'host probe rules', scope: 'node' });
+  assert.equal(targets.length, 2);
+  const outcome = await verifier.verify(targets[0] as (typeof targets)[0]);
+  assert.equal(outcome.status, 'drift');
+  if (outcome.status !== 'drift') return;
+  assert.deepEqual(outcome.drift, [{ kind: 'host_rules', detail: 'missing chain inet istio-ambient-nat postrouting' }]);
+  await outcome.repair?.();
+  assert.deepEqual(calls, ['host verify', 'host repair']);
+  const clean = harness([], { hostRules: [] });
+  assert.deepEqual(await clean.verifier.verify(clean.verifier.targets()[0] as (typeof targets)[0]), { status: 'ok' });
+  const broken = harness([], { hostRules: new Error('iptables-save: exit code 4') });
+  assert.deepEqual(await broken.verifier.verify(broken.verifier.targets()[0] as (typeof targets)[0]), {
+    status: 'unverifiable',
+    error: 'iptables-save: exit code 4',
   });
 });

@@ -114,6 +114,27 @@ describe('install-cni doctor', () => {
     ]);
   });
 
+  it('ambient host probe rules that drifted: exit 1, named with what differs, shown under DAEMON', async (t) => {
+    const h = await hostRoot(t);
+    const state: DaemonState = {
+      ...healthyDaemon,
+      ambient: {
+        enabled: true,
+        ztunnelConnections: 1,
+        hostRules: {
+          status: 'drift',
+          drift: [{ kind: 'host_rules', detail: 'ipv4 nat: missing chain ISTIO_POSTRT' }],
+          lastVerification: { at: '2026-12-01T00:00:10.000Z', status: 'drift', action: 'failed' },
+        },
+      },
+    };
+    await fakeDaemon(t, h.paths.runDir, state);
+    const report = await runDoctor({ env: h.env });
+    assert.equal(doctorExitCode(report), 1);
+    assert.deepEqual(report.problems, ['ambient host probe rules: ipv4 nat: missing chain ISTIO_POSTRT']);
+    assert.match(renderDoctorText(report), /host probe rules: drift, last verified 2026-12-01T00:00:10.000Z \(failed\)/);
+  });
+
   it('one pod asked for is shown in full; an unknown one is a problem', async (t) => {
     const h = await hostRoot(t);
     const daemon = await fakeDaemon(t, h.paths.runDir, healthyDaemon);

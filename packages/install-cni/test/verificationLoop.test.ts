@@ -80,6 +80,36 @@ describe('verification loop', () => {
     );
   });
 
+  it('node state (scope node) is logged as state, not as a pod', async () => {
+    const { logger, lines } = captureLogger();
+    const drift = counter();
+    let repaired = false;
+    const loop = createVerificationLoop({
+      intervalMs: 0,
+      reportOnly: false,
+      targets: () => [{ key: 'ambient/node/host-probe-rules', pod: 'host probe rules', scope: 'node' }],
+      verify: async (): Promise<VerifyOutcome> =>
+        repaired
+          ? { status: 'ok' }
+          : {
+              status: 'drift',
+              drift: [{ kind: 'host_rules', detail: 'ipv4 nat: missing chain ISTIO_POSTRT' }],
+              repair: async () => {
+                repaired = true;
+              },
+            },
+      logger,
+      drift,
+    });
+    const [result] = await loop.verifyNow();
+    assert.equal(result?.action, 'repaired');
+    assert.deepEqual([...drift.counts], [['host_rules/repaired', 1]]);
+    const logged = lines.filter((l) => l.msg === 'node state drifted from its plan');
+    assert.equal(logged.length, 1, JSON.stringify(lines));
+    assert.equal(logged[0]?.state, 'host probe rules');
+    assert.equal(logged[0]?.pod, undefined);
+  });
+
   it('repairs drift once, checks again, counts per kind and logs one line naming the pod', async () => {
     const { logger, lines } = captureLogger();
     const drift = counter();

@@ -51,21 +51,23 @@ const object =
 
 const STATUS = ['ok', 'drift', 'skipped', 'unverifiable'] as const;
 const drift = object({ kind: type('string'), detail: type('string') });
+const lastVerification = nullable(
+  object({
+    at: timestamp,
+    status: oneOf(...STATUS),
+    action: optional(oneOf('repaired', 'failed', 'reported')),
+    error: optional(type('string')),
+  }),
+);
 const pod = object({
   pod: type('string'),
   mode: oneOf('sidecar', 'ambient', 'none'),
   status: oneOf(...STATUS),
   reason: optional(type('string')),
   drift: arrayOf(drift),
-  lastVerification: nullable(
-    object({
-      at: timestamp,
-      status: oneOf(...STATUS),
-      action: optional(oneOf('repaired', 'failed', 'reported')),
-      error: optional(type('string')),
-    }),
-  ),
+  lastVerification,
 });
+const nodeState = object({ status: oneOf(...STATUS), reason: optional(type('string')), drift: arrayOf(drift), lastVerification });
 const node = object({
   binaries: arrayOf(
     object({ dir: type('string'), present: type('boolean'), identical: type('boolean'), problem: optional(type('string')) }),
@@ -88,7 +90,7 @@ const reachableDaemon = object({
     lastPassAt: nullable(timestamp),
     lastError: nullable(type('string')),
   }),
-  ambient: object({ enabled: type('boolean'), ztunnelConnections: nullable(type('number')) }),
+  ambient: object({ enabled: type('boolean'), ztunnelConnections: nullable(type('number')), hostRules: optional(nodeState) }),
   verification: object({ intervalSeconds: type('number'), reportOnly: type('boolean') }),
   agent: type('boolean'),
   pods: arrayOf(pod),

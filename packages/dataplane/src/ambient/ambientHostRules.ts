@@ -34,6 +34,8 @@ export interface AmbientHostRulesOptions {
 }
 
 const hostTable = 'inet istio-ambient-nat';
+/** Copies of one host jump removed at most (each a command): beyond that the repair reports failure. */
+const MAX_COPIES_DELETED = 16;
 
 /**
  * Start-up as upstream: for iptables the POSTROUTING jump into ISTIO_POSTRT and the
@@ -76,8 +78,16 @@ export async function deleteAmbientHostRules(deps: AmbientRulesDeps, options: Am
     ['ipv6', plan.v6],
   ] as const) {
     for (const args of commands) {
-      // Each step is optional (a clean node has none of them).
-      await host.runner.run([backend.binaries[family].iptables, '-w', ...args], { netns: host.netns }).catch(() => {});
+      // Each step is optional (a clean node has none of them). A jump is deleted until none is left:
+      // a second copy (an operator's, a half-done restore) would keep the chain referenced.
+      const tries = args.includes('-D') ? MAX_COPIES_DELETED : 1;
+      for (let i = 0; i < tries; i++) {
+        const deleted = await host.runner.run([backend.binaries[family].iptables, '-w', ...args], { netns: host.netns }).then(
+          () => true,
+          () => false,
+        );
+        if (!deleted) break;
+      }
     }
   }
 }

@@ -168,32 +168,42 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     () => undefined,
   );
   const doctor = async (only?: string): Promise<Pick<DaemonState, 'backend' | 'ambient' | 'pods'>> => {
-    const checks = await verification.inspectNow(only === undefined ? undefined : (t) => t.pod === only);
+    const checks = await verification.inspectNow(only === undefined ? undefined : (t) => t.pod === only && t.scope !== 'node');
     const last = verification.results();
-    const pods = checks.map(({ target, outcome }): DoctorPod => {
-      const previous = last.get(target.key);
+    const lastOf = (key: string): DoctorPod['lastVerification'] => {
+      const previous = last.get(key);
+      if (previous === undefined) return null;
       return {
-        pod: target.pod,
-        mode: target.key.startsWith('ambient/') ? 'ambient' : (handler.attachments().get(target.key)?.mode ?? 'none'),
-        status: outcome.status,
-        ...(outcome.status === 'skipped' ? { reason: outcome.reason } : outcome.status === 'unverifiable' ? { reason: outcome.error } : {}),
-        drift: outcome.status === 'drift' ? outcome.drift.map((d) => ({ kind: d.kind, detail: d.detail })) : [],
-        lastVerification:
-          previous === undefined
-            ? null
-            : {
-                at: new Date(previous.at).toISOString(),
-                status: previous.status,
-                ...(previous.action ? { action: previous.action } : {}),
-                ...(previous.error ? { error: previous.error } : {}),
-              },
+        at: new Date(previous.at).toISOString(),
+        status: previous.status,
+        ...(previous.action ? { action: previous.action } : {}),
+        ...(previous.error ? { error: previous.error } : {}),
       };
+    };
+    const checked = (outcome: VerifyOutcome) => ({
+      status: outcome.status,
+      ...(outcome.status === 'skipped' ? { reason: outcome.reason } : outcome.status === 'unverifiable' ? { reason: outcome.error } : {}),
+      drift: outcome.status === 'drift' ? outcome.drift.map((d) => ({ kind: d.kind, detail: d.detail })) : [],
     });
+    const hostRules = checks.find(({ target }) => target.scope === 'node');
+    const pods = checks
+      .filter(({ target }) => target.scope !== 'node')
+      .map(
+        ({ target, outcome }): DoctorPod => ({
+          pod: target.pod,
+          mode: target.key.startsWith('ambient/') ? 'ambient' : (handler.attachments().get(target.key)?.mode ?? 'none'),
+          ...checked(outcome),
+          lastVerification: lastOf(target.key),
+        }),
+      );
     return {
       backend: await capture.backend().catch((err: unknown) => `unknown (${err instanceof Error ? err.message : String(err)})`),
       ambient: {
         enabled: options.ambientEnabled,
         ztunnelConnections: ambient?.ztunnelConnections() ?? (options.ambientEnabled ? 0 : null),
+        ...(hostRules === undefined
+          ? {}
+          : { hostRules: { ...checked(hostRules.outcome), lastVerification: lastOf(hostRules.target.key) } }),
       },
       pods,
     };

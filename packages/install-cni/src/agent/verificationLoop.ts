@@ -2,12 +2,14 @@ import { errorMessage } from '@istio-cni/cni';
 import type { Drift } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 
-/** One pod the agent manages, as the verification loop sees it. */
+/** One pod the agent manages, or one piece of the node's own state, as the verification loop sees it. */
 export interface VerificationTarget {
   /** Stable key (the attachment: `containerId/ifName`). */
   key: string;
-  /** `namespace/name`. */
+  /** `namespace/name`; for `scope: 'node'`, what the state is (`host probe rules`). */
   pod: string;
+  /** `node`: state of the node itself, not of a pod (logged as `state`, not `pod`). */
+  scope?: 'node';
 }
 
 /** What a pod's check found. */
@@ -126,7 +128,9 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
   }
 
   async function verifyOne(target: VerificationTarget): Promise<PodVerification> {
-    const log = options.logger.with({ pod: target.pod });
+    const node = target.scope === 'node';
+    const log = options.logger.with(node ? { state: target.pod } : { pod: target.pod });
+    const subject = node ? 'node state' : 'pod';
     const first = await check(target);
     const record: PodVerification = { pod: target.pod, at: clock.now(), status: first.status, drift: [] };
     options.verified?.inc({ result: first.status });
@@ -135,7 +139,7 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
       else {
         record.error = first.error;
         options.drift.inc({ kind: 'unverifiable', action: 'reported' });
-        log.warn('pod could not be verified', { error: first.error });
+        log.warn(`${subject} could not be verified`, { error: first.error });
       }
       return record;
     }
@@ -148,7 +152,7 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
       const before = results.get(target.key);
       if (before?.action === 'reported' && sameDrift(before.drift, first.drift)) return record;
       count(first.drift, 'reported');
-      log.warn('pod drifted from its plan', { drift: differed, action: 'reported', reportOnly: options.reportOnly });
+      log.warn(`${subject} drifted from its plan`, { drift: differed, action: 'reported', reportOnly: options.reportOnly });
       return record;
     }
     let error: string | undefined;
@@ -162,10 +166,10 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
     }
     record.action = error === undefined ? 'repaired' : 'failed';
     count(first.drift, record.action);
-    if (error === undefined) log.warn('pod drifted from its plan', { drift: differed, action: 'repaired' });
+    if (error === undefined) log.warn(`${subject} drifted from its plan`, { drift: differed, action: 'repaired' });
     else {
       record.error = error;
-      log.error('pod drifted from its plan', { drift: differed, action: 'failed', error });
+      log.error(`${subject} drifted from its plan`, { drift: differed, action: 'failed', error });
     }
     return record;
   }

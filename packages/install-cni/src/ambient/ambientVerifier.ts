@@ -50,7 +50,23 @@ export interface AmbientVerifierDeps {
    */
   probeSetListTtlMs?: number;
   now?: () => number;
+  /**
+   * The node's host probe rules (the POSTROUTING jump and SNAT of kubelet's probes into enrolled
+   * pods): checked once per pass and repaired as at start-up. A firewalld reload or an operator's
+   * `iptables -t nat -F` removes them, and every ambient pod's probes fail until they are back.
+   */
+  hostRules?: HostRulesAccess;
 }
+
+export interface HostRulesAccess {
+  /** Differences from the plan; empty when in place (`verifyAmbientHostRules`). */
+  verify(): Promise<string[]>;
+  /** Puts the plan back, replacing what differs (`createAmbientHostRules`). */
+  repair(): Promise<void>;
+}
+
+/** The verification target of the host probe rules. */
+export const HOST_RULES_TARGET: VerificationTarget = { key: 'ambient/node/host-probe-rules', pod: 'host probe rules', scope: 'node' };
 
 export interface AmbientPodRulesAccess {
   /** The drift, and where the rules were read (`inspectCapture`). */
@@ -164,6 +180,17 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       );
   }
 
+  async function verifyHostRules(access: HostRulesAccess): Promise<VerifyOutcome> {
+    let differences: string[];
+    try {
+      differences = await access.verify();
+    } catch (err) {
+      return { status: 'unverifiable', error: errorMessage(err) };
+    }
+    if (differences.length === 0) return { status: 'ok' };
+    return { status: 'drift', drift: differences.map((detail) => ({ kind: 'host_rules', detail })), repair: () => access.repair() };
+  }
+
   async function verifyPod(pod: Pod): Promise<VerifyOutcome> {
     const uid = pod.metadata.uid ?? '';
     if (pod.metadata.deletionTimestamp) return { status: 'skipped', reason: 'pod is being deleted' };
@@ -247,9 +274,11 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       // A new pass: its pods share one fresh probe-set listing.
       listing = undefined;
       for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
-      return candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
+      const pods = candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
+      return deps.hostRules === undefined ? pods : [HOST_RULES_TARGET, ...pods];
     },
     async verify(target) {
+      if (target.key === HOST_RULES_TARGET.key && deps.hostRules !== undefined) return verifyHostRules(deps.hostRules);
       const [namespace = '', name = ''] = target.pod.split('/');
       const pod = deps.view.getPod(namespace, name);
       if (pod === undefined || `${keyPrefix}${pod.metadata.uid ?? podName(pod)}` !== target.key) {

@@ -16,6 +16,7 @@ import {
   createScratchNetnsOpener,
   createZtunnelServer,
   deleteAmbientHostRules,
+  verifyAmbientHostRules,
   findKubeletUid,
   syncProbeSets,
   type AmbientPod,
@@ -250,6 +251,15 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       enrol: (pod, ips) => dataplane.addPodToMesh(pod, ips, undefined),
       nftGenerations: createNftGenerationReader(),
       legacyFingerprints: createLegacyTablesFingerprinter(),
+      hostRules: {
+        verify: () => verifyAmbientHostRules(rules, hostRules),
+        // The probe sets first: a reload that removed the host table took the nft sets with it (the
+        // pods' entries come back through their own checks in the same pass).
+        repair: async () => {
+          await sets.create();
+          await createAmbientHostRules(rules, hostRules);
+        },
+      },
     }),
     ztunnelConnections: () => ztunnel.connectionCount(),
     ready: readyPromise,

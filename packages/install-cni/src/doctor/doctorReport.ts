@@ -52,11 +52,20 @@ export interface DoctorPod {
   lastVerification: { at: string; status: string; action?: string; error?: string } | null;
 }
 
+/** A piece of the node's own state checked like a pod (ambient's host probe rules). */
+export interface DoctorNodeState {
+  status: string;
+  reason?: string;
+  drift: DoctorDrift[];
+  lastVerification: DoctorPod['lastVerification'];
+}
+
 export interface DaemonState {
   /** `iptables-legacy`, `iptables-nft` or `nft`, as configured (FORCE_IPTABLES_BINARY / NATIVE_NFTABLES) or detected. */
   backend: string;
   installer: { ready: boolean; passes: number; lastPassAt: string | null; lastError: string | null };
-  ambient: { enabled: boolean; ztunnelConnections: number | null };
+  /** `hostRules`: the node's host probe rules (SNAT of kubelet's probes), once ambient is ready. */
+  ambient: { enabled: boolean; ztunnelConnections: number | null; hostRules?: DoctorNodeState };
   verification: { intervalSeconds: number; reportOnly: boolean };
   /** `false` when the daemon has no Kubernetes API access (then it knows no pods). */
   agent: boolean;
@@ -94,6 +103,9 @@ export function daemonProblems(d: DaemonState): string[] {
   const problems: string[] = [];
   if (!d.installer.ready) problems.push(`installer not ready${d.installer.lastError ? `: ${d.installer.lastError}` : ''}`);
   if (d.ambient.enabled && d.ambient.ztunnelConnections === 0) problems.push('ambient: no ztunnel connected');
+  const host = d.ambient.hostRules;
+  if (host?.status === 'drift') problems.push(`ambient host probe rules: ${host.drift.map((x) => x.detail).join('; ')}`);
+  if (host?.status === 'unverifiable') problems.push(`ambient host probe rules: cannot be verified: ${host.reason ?? ''}`);
   for (const p of d.pods) {
     if (p.status === 'drift') problems.push(`${p.pod}: ${p.drift.map((x) => `${x.kind} (${x.detail})`).join('; ')}`);
     if (p.status === 'unverifiable') problems.push(`${p.pod}: cannot be verified: ${p.reason ?? ''}`);
@@ -139,6 +151,13 @@ export function renderDoctorText(report: DoctorReport, detail?: string): string 
       `  installer: ${i.ready ? 'ready' : 'NOT READY'}, ${i.passes} pass(es), last ${i.lastPassAt ?? 'never'}${i.lastError ? `, last error: ${i.lastError}` : ''}`,
     );
     out.push(`  ambient: ${d.ambient.enabled ? `on, ${d.ambient.ztunnelConnections ?? 0} ztunnel connection(s)` : 'off'}`);
+    const host = d.ambient.hostRules;
+    if (host !== undefined) {
+      const last = host.lastVerification;
+      out.push(
+        `  host probe rules: ${host.status}${last === null ? '' : `, last verified ${last.at}${last.action ? ` (${last.action})` : ''}`}`,
+      );
+    }
     out.push(`  verification: every ${d.verification.intervalSeconds}s${d.verification.reportOnly ? ', report-only' : ''}`);
     if (!d.agent) out.push('  no Kubernetes API access: pods unknown');
     const pods = detail === undefined ? d.pods : d.pods.filter((p) => p.pod === detail);
