@@ -92,6 +92,8 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     await reportPodStatus(rig.cluster, pod);
     return pod;
   };
+  const nodeTaints = async () =>
+    (await api().must<{ spec: { taints?: { key: string }[] } }>('GET', `/api/v1/nodes/${NODE_NAME}`)).spec.taints ?? [];
   const connectZtunnel = async () => {
     ztunnel?.close();
     ztunnel = await startFakeZtunnel({ path: node.ztunnelSocket });
@@ -151,7 +153,7 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
   });
 
   it(
-    '3. install with profile=ambient: ambient on through the ConfigMap, /readyz 200 before any ztunnel connects, readiness taint lifted',
+    '3. install with profile=ambient: ambient on through the ConfigMap, /readyz 200 before any ztunnel connects, readiness taint kept until one does',
     SCENARIO,
     async () => {
       assert.equal(node.env.AMBIENT_ENABLED, 'true');
@@ -165,20 +167,18 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
       const istio: Record<string, unknown> = (JSON.parse(readFileSync(rig.network.conflistPath, 'utf8')) as Conflist).plugins.at(-1) ?? {};
       assert.equal(istio.ambient_enabled, true);
       assert.equal(node.env.NODE_TAINT_ENABLED, 'true');
-      const taints = await waitFor(
-        'the readiness taint to be lifted',
+      await waitFor(
+        'the daemon ready, keeping the readiness taint for ztunnel',
         async () => {
-          const n = await api().must<{ spec: { taints?: { key: string }[] } }>('GET', `/api/v1/nodes/${NODE_NAME}`);
-          return n.spec.taints?.some((t) => t.key === READINESS_TAINT) === true ? undefined : (n.spec.taints ?? []);
+          const log = node.daemon === undefined ? '' : readFileSync(node.daemon.logFile, 'utf8');
+          return log.includes("daemon ready; node readiness taint kept until this node's ztunnel connects") ? true : undefined;
         },
         { process: node.daemon, timeoutMs: 30_000 },
       );
-      assert.deepEqual(
-        taints,
-        registeredTaints.filter((t) => t.key !== READINESS_TAINT),
-        'only the readiness taint goes',
+      assert.ok(
+        (await nodeTaints()).some((t) => t.key === READINESS_TAINT),
+        'the readiness taint stays while no ztunnel is connected: an ambient pod scheduled here could not start',
       );
-      assert.ok(taints.some((t) => t.key === OTHER_TAINT.key));
     },
   );
 
@@ -195,6 +195,20 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
       assert.equal(await redirection({ namespace: AMBIENT_NS, name }), 'pending', 'rules were in place but ztunnel had not taken the pod');
 
       const zt = await connectZtunnel();
+      const taints = await waitFor(
+        'the readiness taint to be lifted once ztunnel connected',
+        async () => {
+          const current = await nodeTaints();
+          return current.some((t) => t.key === READINESS_TAINT) ? undefined : current;
+        },
+        { process: node.daemon, timeoutMs: 30_000 },
+      );
+      assert.deepEqual(
+        taints,
+        registeredTaints.filter((t) => t.key !== READINESS_TAINT),
+        'only the readiness taint goes',
+      );
+      assert.ok(taints.some((t) => t.key === OTHER_TAINT.key));
       const pod = await runAmbientPod(name, uid, 1);
       const add = zt.adds.find((a) => a.uid === uid && !a.inSnapshot);
       assert.ok(add, `ztunnel got an Add for the pod: ${zt.log.join(', ')}`);

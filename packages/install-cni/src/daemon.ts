@@ -82,7 +82,8 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   logger.info('install-cni starting', { version: VERSION, runDir: settings.cniAgentRunDir });
   await checkInstallerPaths(settings);
   const closers: Closer[] = [];
-  const readiness = { install: false, agent: false };
+  /** `ztunnel`: this node's ztunnel has connected once (ambient); the readiness taint waits for it. */
+  const readiness = { install: false, agent: false, ztunnel: false };
   const agentFailure = new AbortController();
   let agent: NodeAgent | undefined;
   let failure: unknown;
@@ -110,11 +111,18 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
     const { startNodeTaintRemover, startRepairController } = services;
     const metrics = createMetrics();
     installer.attachMetrics(metrics);
-    // Optional readiness taint (not upstream): lifted once installed and synced, never re-added.
+    // Optional readiness taint (not upstream): lifted once installed and synced and, in ambient mode,
+    // once this node's ztunnel has connected (a pod scheduled before that cannot be enrolled); never re-added.
     const taint = startNodeTaintRemover({ settings, kubeconfigPath: opts.kubeconfigPath, logger });
     let handedOver = false;
+    let waitingForZtunnel = false;
     readinessChanged = () => {
-      taint?.readinessChanged(readiness.install && readiness.agent);
+      const agentReady = readiness.install && readiness.agent;
+      if (agentReady && settings.ambientEnabled && !readiness.ztunnel && taint !== undefined && !waitingForZtunnel) {
+        waitingForZtunnel = true;
+        logger.info("daemon ready; node readiness taint kept until this node's ztunnel connects", { component: 'taint' });
+      }
+      taint?.readinessChanged(agentReady && (readiness.ztunnel || !settings.ambientEnabled));
       // As /readyz: from here on the plugin's STATUS no longer needs the predecessor's hand-over.
       if (readiness.install && (readiness.agent || !settings.ambientEnabled) && !handedOver) {
         handedOver = true;
@@ -146,7 +154,17 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
       settings.readinessAddress,
     );
     closers.push(() => health.close());
-    agent = startAgent(services, opts, () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'), metrics.registry);
+    agent = startAgent(
+      services,
+      opts,
+      () => (readiness.install ? undefined : 'istio-cni plugin not installed yet'),
+      metrics.registry,
+      (count) => {
+        if (count === 0 || readiness.ztunnel) return;
+        readiness.ztunnel = true;
+        readinessChanged();
+      },
+    );
     const handoff: HandoffServer = await startHandoffServer({
       socketPath: runDirPath(settings.cniAgentRunDir, PLUGIN_EVENT_SOCKET),
       handler: agent?.handler ?? noApiHandler({ agentNamespace: settings.podNamespace, excludeNamespaces: settings.excludeNamespaces }),
@@ -222,6 +240,7 @@ function startAgent(
   opts: DaemonOptions,
   installerNotReady: () => string | undefined,
   registry: Parameters<Services['startNodeAgent']>[0]['registry'],
+  onZtunnelConnections: (count: number) => void,
 ): NodeAgent | undefined {
   const { settings, logger } = opts;
   if (!opts.kubeconfigPath && !(settings.k8sServiceHost && settings.k8sServicePort)) {
@@ -262,6 +281,7 @@ function startAgent(
       reconcilePodRules: settings.ambientReconcilePodRulesOnStartup,
       ...(settings.hostProbeSnatIp ? { hostProbeSnatIp: settings.hostProbeSnatIp } : {}),
       ...(settings.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: settings.hostProbeSnatIpv6 } : {}),
+      onZtunnelConnections,
     },
     logger: logger.with({ component: 'agent' }),
     registry,

@@ -61,6 +61,8 @@ export interface AmbientOptions {
   hostProbeSnatIpv6?: string;
   logger: Logger;
   registry: Registry;
+  /** Every change of the number of connected ztunnels (the readiness taint waits for the first). */
+  onZtunnelConnections?: (count: number) => void;
 }
 
 export interface Ambient {
@@ -155,7 +157,10 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
         ),
     },
     logger: log.with({ component: 'ztunnel-server' }),
-    onConnectionCount: (n) => connected.set(n),
+    onConnectionCount: (n) => {
+      connected.set(n);
+      o.onZtunnelConnections?.(n);
+    },
   });
 
   let finder: Promise<PodNetnsProcFinder> | undefined;
