@@ -90,6 +90,25 @@ async function waitForReadyz(port: number, daemon: DaemonProcess, timeoutMs = 20
   }
 }
 
+/** The environment `startDaemon` gives `dist/install-cni`: the host root's paths, a fake API address, repair and ambient off. */
+export function daemonEnv(root: HostRoot, extraEnv: Record<string, string> = {}): Record<string, string> {
+  return {
+    PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+    CNI_BIN_SOURCE_DIR: root.binSource,
+    CNI_BIN_TARGET_DIRS: root.binTarget,
+    MOUNTED_CNI_NET_DIR: root.netDir,
+    CNI_AGENT_RUN_DIR: root.runDir,
+    SERVICE_ACCOUNT_DIR: root.serviceAccountDir,
+    KUBERNETES_SERVICE_HOST: '127.0.0.1',
+    KUBERNETES_SERVICE_PORT: '6443',
+    KUBERNETES_NODE_NAME: 'test-node',
+    POD_NAMESPACE: 'istio-system',
+    REPAIR_ENABLED: 'false',
+    AMBIENT_ENABLED: 'false',
+    ...extraEnv,
+  };
+}
+
 /**
  * Starts `dist/install-cni` (or `executable`, another build of it) against a scratch host root.
  * Without a KUBECONFIG in `extraEnv` the agent has no API access. Resolves once `/readyz` answers 200
@@ -105,23 +124,7 @@ export async function startDaemon(
   const readinessPort = await freePort();
   const monitoringPort = await freePort();
   const child = spawn(executable, args, {
-    env: {
-      PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
-      CNI_BIN_SOURCE_DIR: root.binSource,
-      CNI_BIN_TARGET_DIRS: root.binTarget,
-      MOUNTED_CNI_NET_DIR: root.netDir,
-      CNI_AGENT_RUN_DIR: root.runDir,
-      SERVICE_ACCOUNT_DIR: root.serviceAccountDir,
-      KUBERNETES_SERVICE_HOST: '127.0.0.1',
-      KUBERNETES_SERVICE_PORT: '6443',
-      KUBERNETES_NODE_NAME: 'test-node',
-      POD_NAMESPACE: 'istio-system',
-      READINESS_PORT: String(readinessPort),
-      MONITORING_PORT: String(monitoringPort),
-      REPAIR_ENABLED: 'false',
-      AMBIENT_ENABLED: 'false',
-      ...extraEnv,
-    },
+    env: daemonEnv(root, { READINESS_PORT: String(readinessPort), MONITORING_PORT: String(monitoringPort), ...extraEnv }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const log = watchDaemonLog(child);

@@ -81,6 +81,8 @@ export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promi
   const { logger, settings } = opts;
   logger.info('install-cni starting', { version: VERSION, runDir: settings.cniAgentRunDir });
   await checkInstallerPaths(settings);
+  // Before anything is installed: a node whose nft cannot serve native nftables mode is refused, named.
+  if (settings.nativeNftables) await (await loadServices()).checkNativeNftables();
   const closers: Closer[] = [];
   /** `ztunnel`: this node's ztunnel has connected once (ambient); the readiness taint waits for it. */
   const readiness = { install: false, agent: false, ztunnel: false };

@@ -3,6 +3,8 @@
  * installer's first pass has started (its plugin copy runs meanwhile).
  */
 export { parseEnablementSelectors } from '@istio-cni/capture';
+import { checkNftCapabilities, createExecCommandRunner } from '@istio-cni/dataplane';
+
 export { trimMallocArenas } from '@istio-cni/dataplane';
 export { startHandoffServer } from './agent/handoffServer.ts';
 export { noApiHandler } from './agent/noApiHandler.ts';
@@ -14,3 +16,8 @@ export { createMetrics } from './metrics/installMetrics.ts';
 export { startMetricsServer } from './metrics/metricsServer.ts';
 export { startRepairController } from './repair/startRepairController.ts';
 export { startNodeTaintRemover } from './taint/startNodeTaintRemover.ts';
+
+/** NATIVE_NFTABLES: the node's nft must do what this agent asks of it (`checkNftCapabilities`). */
+export function checkNativeNftables(): Promise<void> {
+  return checkNftCapabilities(createExecCommandRunner());
+}
