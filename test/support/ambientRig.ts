@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { watchDaemonLog } from './watchDaemonLog.ts';
 import { fileURLToPath } from 'node:url';
-import { DAEMON, PLUGIN, freePort, makeHostRoot, type HostRoot } from './daemonProcess.ts';
+import { DAEMON, PLUGIN, daemonEnv as baseDaemonEnv, freePort, makeHostRoot, type HostRoot } from './daemonProcess.ts';
 import { execPlugin, type ExecResult } from './execPlugin.ts';
 import { startFakeKubeApi, type FakeKubeApi, type KubeObject } from './fakeKubeApi.ts';
 import { startFaultProxy, type FaultProxy } from './faultProxy.ts';
@@ -159,29 +159,19 @@ export async function startAmbientRig(
     const ztunnelDir = join(root.dir, 'var/run/ztunnel');
     mkdirSync(ztunnelDir, { recursive: true });
     const ztunnelPath = join(ztunnelDir, 'ztunnel.sock');
-    const env: Record<string, string> = {
-      PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
-      CNI_BIN_SOURCE_DIR: root.binSource,
-      CNI_BIN_TARGET_DIRS: root.binTarget,
-      MOUNTED_CNI_NET_DIR: root.netDir,
-      CNI_AGENT_RUN_DIR: root.runDir,
-      SERVICE_ACCOUNT_DIR: root.serviceAccountDir,
+    const env = baseDaemonEnv(root, {
       KUBECONFIG: kubeconfig,
-      KUBERNETES_SERVICE_HOST: '127.0.0.1',
       KUBERNETES_SERVICE_PORT: String(apiPort),
       KUBERNETES_SERVICE_PROTOCOL: 'http',
-      KUBERNETES_NODE_NAME: 'test-node',
-      POD_NAMESPACE: 'istio-system',
       READINESS_PORT: String(readinessPort),
       MONITORING_PORT: String(monitoringPort),
-      REPAIR_ENABLED: 'false',
       AMBIENT_ENABLED: 'true',
       AMBIENT_ENABLEMENT_SELECTOR: JSON.stringify(DEFAULT_ENABLEMENT_SELECTORS),
       ZTUNNEL_UDS_ADDRESS: ztunnelPath,
       HOST_PROC_DIR: '/proc',
       ALLOW_SWITCH_TO_HOST_NS: 'false',
       ...daemonEnv,
-    };
+    });
     const get = (port: 'readiness' | 'metrics', path: string) => httpGet(sockets[port], path);
     const rig: AmbientRig = {
       root,
