@@ -73,6 +73,7 @@ const WHERE: Record<string, (r: Rendering, value: unknown) => unknown> = {
   'global.imagePullPolicy': (r) => r.container.imagePullPolicy,
   'global.logging.level': (r) => r.container.args.find((a) => a.startsWith('--log_output_level='))?.slice(19),
   'global.logAsJson': (r) => r.container.args.includes('--log_as_json'),
+  'global.istioNamespace': (r) => r.env('SYSTEM_NAMESPACE'),
   'global.imagePullSecrets': (r) =>
     (findObject(r.objects, 'ServiceAccount', 'istio-cni').imagePullSecrets as { name: string }[]).map((s) => s.name),
   'global.platform': () => undefined,

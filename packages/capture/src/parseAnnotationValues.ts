@@ -71,32 +71,43 @@ export function parseIpList(value: string): IpAddress[] {
   return splitItems(value).map((item) => parseIpAddress(item));
 }
 
+/** Longest Linux interface name (IFNAMSIZ less the terminating NUL). */
+export const MAX_INTERFACE_NAME_LENGTH = 15;
+
 /**
- * A Linux interface name: 1–15 bytes, not `.`/`..`, no `/`, `:` or whitespace (kernel
- * `dev_valid_name`). We further restrict to `[A-Za-z0-9_.@-]`, not starting with `-`, because the
- * name is written unquoted into iptables-restore and nft scripts.
+ * A Linux interface name as upstream's `ValidateInterfaceNames` (pkg/util/net/ip.go) accepts it:
+ * 1–15 characters, a letter first, then letters, digits, `_`, `.` or `-`. So never `.`/`..`, `/`,
+ * `:`, `@` or whitespace: the kernel's `dev_valid_name` and more, as the name is written unquoted
+ * into iptables-restore and nft scripts.
  */
 export function parseInterfaceName(text: string): string {
-  if (text.length === 0 || text.length > 15) {
-    throw new Error(`invalid interface name ${quoteForError(text)}: must be 1-15 characters`);
+  if (text.length === 0) throw new Error('empty interface name');
+  if (text.length > MAX_INTERFACE_NAME_LENGTH) {
+    throw new Error(`invalid interface name ${quoteForError(text)}: too long (max ${MAX_INTERFACE_NAME_LENGTH} characters)`);
   }
-  if (text === '.' || text === '..') throw new Error(`invalid interface name ${quoteForError(text)}`);
-  if (/[/:\s]/.test(text)) {
-    throw new Error(`invalid interface name ${quoteForError(text)}: contains '/', ':' or whitespace`);
-  }
-  if (!/^[A-Za-z0-9_.@][A-Za-z0-9_.@-]*$/.test(text)) {
-    throw new Error(`invalid interface name ${quoteForError(text)}: unsupported character`);
+  if (!/^[A-Za-z][A-Za-z0-9_.-]*$/.test(text)) {
+    throw new Error(`invalid interface name ${quoteForError(text)}: want a letter first, then letters, digits, '_', '.' or '-'`);
   }
   return text;
 }
 
-/** Comma-separated interface names; empty value or empty items (e.g. trailing comma) are dropped. */
+/**
+ * Comma-separated interface names, as upstream validates the interface annotations: an empty value
+ * is an empty list, each item is trimmed, and an empty item (`eth0,,eth1`, a trailing comma) is an
+ * error.
+ */
 export function parseInterfaceList(value: string): string[] {
   checkLength(value);
   if (value === '') return [];
-  return splitItems(value)
-    .filter((item) => item !== '')
-    .map(parseInterfaceName);
+  return splitItems(value).map((item) => parseInterfaceName(goTrimSpace(item)));
+}
+
+/** Go's `strings.TrimSpace`: `unicode.IsSpace` differs from JS `trim` (U+0085 yes, U+FEFF no). */
+function goTrimSpace(text: string): string {
+  return text.replace(
+    /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+|[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/g,
+    '',
+  );
 }
 
 /** A numeric user or group id (what `--uid-owner`/`skuid` receive). */

@@ -115,13 +115,28 @@ const INTERFACE_VALUES = [
   'eth0,..',
   'ｅｔｈ0',
   'eth0,eth1:0',
+  // Outside upstream's `ValidateInterfaceNames` set: a letter first, no '@', no empty item.
+  '0eth',
+  '_eth0',
+  '@eth0',
+  'eth0@if3',
+  'eth0,,eth1',
+  'eth0,',
+  ',eth0',
+  ' , ',
   Array.from({ length: 300 }, (_, i) => `eth${i}`).join(','),
 ];
 
 const MODE_VALUES = ['redirect', 'tproxy', 'NONE', 'TPROXY ', ' REDIRECT', 'TPROXY\n', '', 'REDIRECT,TPROXY'];
 
 export const HOSTILE_ANNOTATIONS: readonly HostileAnnotation[] = [
-  ...ALL_ANNOTATIONS.flatMap((annotation) => COMMON_VALUES.map((value) => ({ annotation, value }))),
+  // `eth0\r` is the valid name `eth0` for an interface annotation: its items are trimmed, as upstream does.
+  ...ALL_ANNOTATIONS.flatMap((annotation) =>
+    COMMON_VALUES.filter((value) => !(value === 'eth0\r' && INTERFACE_ANNOTATIONS.includes(annotation))).map((value) => ({
+      annotation,
+      value,
+    })),
+  ),
   ...PORT_ANNOTATIONS.flatMap((annotation) => PORT_VALUES.map((value) => ({ annotation, value }))),
   ...PORT_NO_WILDCARD_ANNOTATIONS.map((annotation) => ({ annotation, value: '*' })),
   ...CIDR_ANNOTATIONS.flatMap((annotation) => CIDR_VALUES.map((value) => ({ annotation, value }))),

@@ -90,6 +90,11 @@ test('interface annotations; reroute-virtual-interfaces wins over the deprecated
   );
   assert.deepEqual(r.excludeInterfaces, ['eth1', 'net1']);
   assert.deepEqual(r.rerouteVirtualInterfaces, ['eth2']);
+  // Items are trimmed, as upstream's `ValidateInterfaceNames` trims them.
+  assert.deepEqual(redirectFromPod(pod({ 'traffic.sidecar.istio.io/excludeInterfaces': 'eth1, net1\r' })).excludeInterfaces, [
+    'eth1',
+    'net1',
+  ]);
   const old = redirectFromPod(pod({ 'traffic.sidecar.istio.io/kubevirtInterfaces': 'eth3,eth4' }));
   assert.deepEqual(old.rerouteVirtualInterfaces, ['eth3', 'eth4']);
   // Present-but-empty new annotation still hides the deprecated one.
@@ -146,7 +151,10 @@ const INVALID: ReadonlyArray<[string, string, RegExp]> = [
   ['traffic.sidecar.istio.io/includeOutboundPorts', '1,,2', /invalid port ""/],
   ['traffic.sidecar.istio.io/excludeOutboundPorts', '*', /not supported/],
   ['traffic.sidecar.istio.io/excludeInterfaces', 'eth0:1', /invalid interface name "eth0:1"/],
-  ['traffic.sidecar.istio.io/kubevirtInterfaces', 'averyveryverylongname', /1-15 characters/],
+  ['traffic.sidecar.istio.io/kubevirtInterfaces', 'averyveryverylongname', /too long \(max 15 characters\)/],
+  ['traffic.sidecar.istio.io/excludeInterfaces', 'eth0,,eth1', /empty interface name/],
+  ['traffic.sidecar.istio.io/excludeInterfaces', '1eth', /invalid interface name "1eth": want a letter first/],
+  ['istio.io/reroute-virtual-interfaces', 'eth0@if3', /invalid interface name "eth0@if3"/],
   ['istio.io/reroute-virtual-interfaces', '..', /invalid interface name/],
 ];
 

@@ -37,7 +37,6 @@ describe('settings', () => {
     assert.equal(s.repair.initContainerExitCode, 126);
     assert.equal(s.k8sNodeName, 'node-a');
     assert.equal(s.systemNamespace, 'istio-system');
-    assert.equal(s.ambientUseScopedXtablesLocking, true);
     assert.deepEqual(s.excludeNamespaces, []);
     assert.deepEqual(s.logLevels, { agent: 'info', plugin: 'info' });
   });
@@ -155,5 +154,45 @@ describe('settings', () => {
         return true;
       },
     );
+  });
+  it('settings this agent does not act on are refused at start when not at their default', () => {
+    const refused = (opts: ParsedOptions, env: Record<string, string>): string => {
+      try {
+        resolveSettings(opts, env, host);
+      } catch (err) {
+        assert.ok(err instanceof SettingsError);
+        return err.message;
+      }
+      return assert.fail(`accepted: ${JSON.stringify({ opts, env })}`);
+    };
+    for (const [env, value] of [
+      ['REVISION', 'canary'],
+      ['AMBIENT_USE_SCOPED_XTABLES_LOCKING', 'false'],
+      ['CNI_NETWORK_CONFIG', '{}'],
+      ['CNI_NETWORK_CONFIG_FILE', '/etc/cni.tmpl'],
+      ['LOG_LEVEL', 'debug'],
+    ] as const) {
+      assert.match(refused({}, { [env]: value }), new RegExp(`^${env}="${value.replace(/[{}]/g, '\\$&')}" is not supported: `));
+    }
+    assert.match(refused(parse(['--log-level', 'info']), {}), /^LOG_LEVEL="info" is not supported: /);
+    assert.match(refused(parse(['--log_as_json=false']), {}), /^log_as_json="false" is not supported: logs are always JSON/);
+    assert.match(refused(parse(['--log_as_json=maybe']), {}), /invalid log_as_json "maybe"/);
+    // At their defaults (or spelled differently) they are accepted.
+    resolveSettings(parse(['--log_as_json']), { AMBIENT_USE_SCOPED_XTABLES_LOCKING: 'True', LOG_LEVEL: 'warn', REVISION: '' }, host);
+    resolveSettings(parse(['--log_as_json=true']), {}, host);
+  });
+
+  it('EXCLUDE_NAMESPACES: each entry a namespace name, the error naming the value', () => {
+    assert.deepEqual(resolveSettings({}, { EXCLUDE_NAMESPACES: 'kube-system, ns-1,,' }, host).excludeNamespaces, ['kube-system', 'ns-1']);
+    for (const bad of ['kube_system', 'Kube-System', 'a/b', '-ns', `n${'s'.repeat(63)}`]) {
+      assert.throws(
+        () => resolveSettings({}, { EXCLUDE_NAMESPACES: `kube-system,${bad}` }, host),
+        (err: unknown) =>
+          err instanceof SettingsError &&
+          err.message.includes(`invalid EXCLUDE_NAMESPACES ${JSON.stringify(`kube-system,${bad}`)}`) &&
+          err.message.includes(`${JSON.stringify(bad)} is not a namespace name`),
+        bad,
+      );
+    }
   });
 });

@@ -15,6 +15,7 @@ import {
   type EnablementSelector,
   type LogLevels,
 } from './parseValues.ts';
+import { logAsJsonErrors, unsupportedSettingErrors } from './unsupportedSettings.ts';
 
 export interface RepairSettings {
   enabled: boolean;
@@ -89,12 +90,9 @@ export interface Settings {
   forceIptablesBinary: string;
   allowSwitchToHostNs: boolean;
   nodeName: string;
-  podName: string;
   systemNamespace: string;
-  revision: string;
   hostProbeSnatIp: string;
   hostProbeSnatIpv6: string;
-  ambientUseScopedXtablesLocking: boolean;
   ambientEnableAwsBranchEniProbe: boolean;
   logLevels: LogLevels;
 }
@@ -115,7 +113,7 @@ export function registerSettingsOptions(command: Command): Command {
     command.addOption(s.kind === 'bool' ? new Option(`--${name} [bool]`, help) : new Option(`--${name} <value>`, help));
   }
   command.addOption(new Option('--log_output_level <levels>', 'log levels, e.g. cni-agent:debug,cni-plugin:info'));
-  command.addOption(new Option('--log_as_json [bool]', 'accepted for compatibility; logs are always JSON'));
+  command.addOption(new Option('--log_as_json [bool]', 'logs are always JSON; false stops the daemon at start'));
   return command;
 }
 
@@ -225,12 +223,9 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
     forceIptablesBinary: str('FORCE_IPTABLES_BINARY'),
     allowSwitchToHostNs: bool('ALLOW_SWITCH_TO_HOST_NS'),
     nodeName: str('NODE_NAME'),
-    podName: str('POD_NAME'),
     systemNamespace: str('SYSTEM_NAMESPACE') || 'istio-system',
-    revision: str('REVISION'),
     hostProbeSnatIp: str('HOST_PROBE_SNAT_IP'),
     hostProbeSnatIpv6: str('HOST_PROBE_SNAT_IPV6'),
-    ambientUseScopedXtablesLocking: bool('AMBIENT_USE_SCOPED_XTABLES_LOCKING'),
     ambientEnableAwsBranchEniProbe: bool('AMBIENT_ENABLE_AWS_BRANCH_ENI_PROBE'),
     logLevels: guard(parseLogOutputLevel(undefined), () =>
       parseLogOutputLevel(typeof logLevelFlag === 'string' ? logLevelFlag : undefined),
@@ -252,12 +247,21 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
       errors.push(`invalid ${name} ${JSON.stringify(value)}: want a file name inside MOUNTED_CNI_NET_DIR`);
     }
   }
+  for (const ns of settings.excludeNamespaces) {
+    if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(ns) || ns.length > 63) {
+      errors.push(
+        `invalid EXCLUDE_NAMESPACES ${JSON.stringify(raw('EXCLUDE_NAMESPACES'))}: ${JSON.stringify(ns)} is not a namespace name (lower-case letters, digits and '-', at most 63)`,
+      );
+    }
+  }
   if (
     settings.nodeTaint.enabled &&
     !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(settings.nodeTaint.key)
   ) {
     errors.push(`invalid NODE_TAINT_KEY ${JSON.stringify(settings.nodeTaint.key)}: want a taint key like cni.istio.io/not-ready`);
   }
+  errors.push(...unsupportedSettingErrors(SETTING_SPECS, (s) => rawValue(s, opts, env)));
+  errors.push(...logAsJsonErrors(opts['log_as_json']));
   if (errors.length > 0) throw new SettingsError(errors.join('; '));
   return settings;
 }

@@ -59,8 +59,9 @@ export function parseCidrsOrWildcard(value: string): Cidr[] | Wildcard {
   return parseCidrList(dropEmptyItems(value));
 }
 
+/** Names checked as the plugin checks the interface annotations; empty items dropped, as `config.Split` does. */
 export function parseInterfaces(value: string): string[] {
-  return parseInterfaceList(value);
+  return parseInterfaceList(dropEmptyItems(value));
 }
 
 /** Proxy UIDs/GIDs: at least one, or the proxy's own traffic would be captured and loop. */
