@@ -3,6 +3,8 @@ import { describe, it } from 'node:test';
 import { DEFAULT_ENABLEMENT_SELECTORS, type Namespace, type Pod } from '@istio-cni/capture';
 import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import { createJsonLogger, type HandoffRequest } from '@istio-cni/handoff';
+import { Registry } from 'prom-client';
+import { createAgentMetrics } from '../src/agent/agentMetrics.ts';
 import { createConcurrencyLimiter } from '../src/agent/concurrencyLimiter.ts';
 import { createNodeAgentHandler, type NodeAgentDeps, type SidecarCapture } from '../src/agent/nodeAgentHandler.ts';
 import { ObjectStore, type ClusterView, type KubeReader } from '../src/kube/clusterView.ts';
@@ -411,5 +413,145 @@ describe('ambient ADD', () => {
     const { h } = ambientHarness(new NonRetryableError("failed to open the pod's network namespace"));
     const out = await createNodeAgentHandler(h.deps).handle(req());
     assert.equal('error' in out && out.error.code, 999);
+  });
+});
+
+describe('pod capture latency (istio_cni_pod_capture_duration_seconds)', () => {
+  /** A clock the fakes advance: an ADD takes exactly what its capture step adds. */
+  function fakeClock() {
+    let t = 1_000_000_000n;
+    return {
+      now: () => t,
+      advance(ns: bigint) {
+        t += ns;
+      },
+    };
+  }
+
+  function metered(h: Harness, clock: ReturnType<typeof fakeClock>): Registry {
+    const registry = new Registry();
+    h.deps.clock = clock.now;
+    h.deps.metrics = createAgentMetrics(registry);
+    return registry;
+  }
+
+  /** A sidecar pod `web` whose capture takes `stepNs`, then fails with `fail` if given. */
+  function sidecarAdd(stepNs: bigint, fail?: Error) {
+    const clock = fakeClock();
+    const h = harness({
+      pods: [sidecarPod('web')],
+      capture: {
+        async apply() {
+          clock.advance(stepNs);
+          if (fail) throw fail;
+          return 'applied';
+        },
+      },
+    });
+    const registry = metered(h, clock);
+    return { handler: createNodeAgentHandler(h.deps), registry };
+  }
+
+  /** The exposition lines of one metric, as scraped: `name{labels} value`. */
+  async function scraped(registry: Registry, name: string): Promise<{ sample: string; labels: string; value: number }[]> {
+    const text = await registry.getSingleMetricAsString(name);
+    return [...text.matchAll(/^(\w+)\{([^}]*)\} (\S+)$/gm)].map((m) => ({
+      sample: m[1] ?? '',
+      labels: m[2] ?? '',
+      value: Number(m[3]),
+    }));
+  }
+
+  /** Observation counts and sums per label set, only series with observations. */
+  async function series(registry: Registry, name: string): Promise<Record<string, { count: number; sum: number }>> {
+    const out: Record<string, { count: number; sum: number }> = {};
+    for (const { sample, labels, value } of await scraped(registry, name)) {
+      if (sample !== `${name}_count` && sample !== `${name}_sum`) continue;
+      const entry = out[labels] ?? { count: 0, sum: 0 };
+      out[labels] = entry;
+      if (sample === `${name}_count`) entry.count = value;
+      else entry.sum = value;
+    }
+    return Object.fromEntries(Object.entries(out).filter(([, e]) => e.count > 0));
+  }
+
+  async function bucket(registry: Registry, labels: string): Promise<number | undefined> {
+    const name = 'istio_cni_pod_capture_duration_seconds';
+    return (await scraped(registry, name)).find((s) => s.sample === `${name}_bucket` && s.labels === labels)?.value;
+  }
+
+  it('observes a sidecar ADD once, from its arrival to the rules applied', async () => {
+    const { handler, registry } = sidecarAdd(250_000_000n);
+    const out = await handler.handle(request('ADD', 'default', 'web'));
+    assert.equal('verdict' in out && out.verdict, 'redirected');
+    assert.deepEqual(await series(registry, 'istio_cni_pod_capture_duration_seconds'), {
+      'mode="sidecar",result="success"': { count: 1, sum: 0.25 },
+    });
+    assert.equal(await bucket(registry, 'le="0.1",mode="sidecar",result="success"'), 0);
+    assert.equal(await bucket(registry, 'le="0.25",mode="sidecar",result="success"'), 1);
+    assert.deepEqual(await series(registry, 'istio_cni_plugin_request_duration_seconds'), {
+      'command="ADD",result="success"': { count: 1, sum: 0.25 },
+    });
+  });
+
+  it('counts a sidecar capture that throws under its CNI error code', async () => {
+    const { handler, registry } = sidecarAdd(2_000_000_000n, new Error('iptables-restore: exit 1'));
+    const out = await handler.handle(request('ADD', 'default', 'web'));
+    assert.equal('error' in out && out.error.code, 999);
+    assert.deepEqual(await series(registry, 'istio_cni_pod_capture_duration_seconds'), {
+      'mode="sidecar",result="error_999"': { count: 1, sum: 2 },
+    });
+  });
+
+  it('observes ambient ADDs under mode=ambient: enrolled, ztunnel not acking, non-retryable, agent still starting', async () => {
+    const { RetryableError, NonRetryableError } = await import('../src/ambient/meshDataplane.ts');
+    const failures: (Error | undefined)[] = [
+      undefined,
+      new RetryableError('ztunnel did not take the pod'),
+      new NonRetryableError('no netns'),
+    ];
+    const clock = fakeClock();
+    const h = harness({ ambient: true, pods: [plainPod('amb', 'default', { 'istio.io/dataplane-mode': 'ambient' })] });
+    const registry = metered(h, clock);
+    h.deps.ambient = {
+      ...h.deps.ambient,
+      dataplane: {
+        async addPodToMesh() {
+          clock.advance(500_000_000n);
+          const fail = failures.shift();
+          if (fail) throw fail;
+        },
+        async removePodFromMesh() {},
+        async syncPodIps() {},
+        holdsNetns: () => false,
+      },
+    };
+    const handler = createNodeAgentHandler(h.deps);
+    for (let i = 0; i < 3; i++) await handler.handle(request('ADD', 'default', 'amb'));
+    const { dataplane: _started, ...starting } = h.deps.ambient;
+    await createNodeAgentHandler({ ...h.deps, ambient: starting }).handle(request('ADD', 'default', 'amb'));
+    assert.deepEqual(await series(registry, 'istio_cni_pod_capture_duration_seconds'), {
+      'mode="ambient",result="success"': { count: 1, sum: 0.5 },
+      'mode="ambient",result="error_11"': { count: 2, sum: 0.5 },
+      'mode="ambient",result="error_999"': { count: 1, sum: 0.5 },
+    });
+  });
+
+  it('observes nothing for pods outside the mesh, pods the API does not know, or commands other than ADD', async () => {
+    const h = harness({ pods: [plainPod('plain'), sidecarPod('web'), plainPod('dns', 'kube-system')] });
+    const registry = metered(h, fakeClock());
+    const handler = createNodeAgentHandler(h.deps);
+    await handler.handle(request('ADD', 'default', 'plain'));
+    await handler.handle(request('ADD', 'kube-system', 'dns'));
+    await handler.handle(request('ADD', 'default', 'gone'));
+    await handler.handle(request('CHECK', 'default', 'web'));
+    await handler.handle(request('DEL', 'default', 'web'));
+    assert.deepEqual(await series(registry, 'istio_cni_pod_capture_duration_seconds'), {});
+    assert.deepEqual(await series(registry, 'istio_cni_plugin_request_duration_seconds'), {
+      'command="ADD",result="success"': { count: 2, sum: 0 },
+      'command="ADD",result="error_11"': { count: 1, sum: 0 },
+      'command="CHECK",result="success"': { count: 1, sum: 0 },
+      'command="DEL",result="success"': { count: 1, sum: 0 },
+    });
   });
 });

@@ -1,13 +1,26 @@
 import { Counter, Histogram, type Registry } from 'prom-client';
 
+/** How an ADD put a pod in the mesh. */
+export type MeshMode = 'sidecar' | 'ambient';
+
 export interface AgentMetrics {
   /** `code` is the CNI error code of the answer, 0 for success. */
-  observe(command: string, code: number, startedNs: bigint): void;
+  observe(command: string, code: number, seconds: number): void;
+  /** An ADD of a pod the agent decided to capture, from its arrival to its answer. */
+  observePodCapture(mode: MeshMode, code: number, seconds: number): void;
+}
+
+// Upstream's agent (cni/pkg/nodeagent/cni-watcher.go) exports no latency histogram: names and
+// buckets of both histograms are ours, `result` as `istio_cni_repair_pods_repaired_total` labels it.
+const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25];
+
+function result(code: number): string {
+  return code === 0 ? 'success' : `error_${code}`;
 }
 
 /**
- * `istio_cni_plugin_requests_total{response_code}` as upstream (the HTTP status the plugin got:
- * 200 or 500), plus the latency of hand-off work per command.
+ * `istio_cni_plugin_requests_total{response_code}` as upstream `cni-watcher.go` (the HTTP status the
+ * plugin got: 200 or 500), plus the latency of hand-off work per command and of each captured pod's ADD.
  */
 export function createAgentMetrics(registry: Registry): AgentMetrics {
   const requests = new Counter({
@@ -20,14 +33,25 @@ export function createAgentMetrics(registry: Registry): AgentMetrics {
     name: 'istio_cni_plugin_request_duration_seconds',
     help: 'Time the node agent spent on a CNI plugin request, by CNI command and result.',
     labelNames: ['command', 'result'],
-    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25],
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  });
+  const capture = new Histogram({
+    name: 'istio_cni_pod_capture_duration_seconds',
+    help:
+      "Time from a pod's sandbox ADD reaching the node agent to the pod captured (sidecar: rules applied; ambient: rules " +
+      'applied, ztunnel acked, probe set updated, pod annotated), by mode and result. Pods outside the mesh are not observed.',
+    labelNames: ['mode', 'result'],
+    buckets: DURATION_BUCKETS,
     registers: [registry],
   });
   return {
-    observe(command, code, startedNs) {
-      const seconds = Number(process.hrtime.bigint() - startedNs) / 1e9;
+    observe(command, code, seconds) {
       requests.inc({ response_code: code === 0 ? '200' : '500' });
-      duration.observe({ command, result: code === 0 ? 'success' : `error_${code}` }, seconds);
+      duration.observe({ command, result: result(code) }, seconds);
+    },
+    observePodCapture(mode, code, seconds) {
+      capture.observe({ mode, result: result(code) }, seconds);
     },
   };
 }

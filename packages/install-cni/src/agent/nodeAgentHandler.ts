@@ -15,7 +15,7 @@ import { PodNetnsRefusedError } from '@istio-cni/dataplane';
 import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
-import type { AgentMetrics } from './agentMetrics.ts';
+import type { AgentMetrics, MeshMode } from './agentMetrics.ts';
 import type { VerifiableAttachment } from './podVerifier.ts';
 import { NonRetryableError, RetryableError, redirectionState, type MeshDataplane } from '../ambient/meshDataplane.ts';
 
@@ -49,6 +49,8 @@ export interface NodeAgentDeps {
   /** `undefined` when ready; otherwise why not (STATUS answers 50 with it). */
   notReadyReason(): string | undefined;
   metrics?: AgentMetrics;
+  /** Monotonic nanoseconds (default `process.hrtime.bigint`); injected by tests. */
+  clock?: () => bigint;
   /** Attachments an earlier run handled (restored from the run dir). */
   attachments?: Iterable<[string, VerifiableAttachment]>;
   /** Called after the tracked attachments changed (ADD, DEL, GC). */
@@ -121,7 +123,8 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     return { podName: request.pod.name, podNamespace: request.pod.namespace, policy: deps.policy, ambient: deps.ambient };
   }
 
-  async function add(request: HandoffRequest, log: Logger): Promise<Outcome> {
+  /** `captured.mode` is set once the pod is decided to be in the mesh (what the capture latency is labelled by). */
+  async function add(request: HandoffRequest, log: Logger, captured: { mode?: MeshMode }): Promise<Outcome> {
     const input = decisionInput(request);
     const local = decidePod(input);
     if (local.action === 'skip') return verdict('skipped', local.reason);
@@ -135,8 +138,10 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       case 'fail':
         return failure(decision);
       case 'ambient':
+        captured.mode = 'ambient';
         return addAmbient(request, decision.pod, log);
       case 'sidecar':
+        captured.mode = 'sidecar';
         return addSidecar(request, decision.pod, log);
     }
   }
@@ -227,16 +232,19 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     return verdict('ok', `dropped ${dropped} stale attachment(s)`);
   }
 
+  const now = deps.clock ?? (() => process.hrtime.bigint());
+
   return {
     attachments: () => attachments,
     async handle(request) {
       const log = deps.logger.with({ pod: `${request.pod.namespace}/${request.pod.name}`, containerID: request.containerId });
-      const started = process.hrtime.bigint();
+      const started = now();
+      const captured: { mode?: MeshMode } = {};
       let outcome: Outcome;
       try {
         switch (request.command) {
           case 'ADD':
-            outcome = await add(request, log);
+            outcome = await add(request, log, captured);
             break;
           case 'DEL':
             if (attachments.delete(attachmentKey(request.containerId, request.ifName))) changed();
@@ -267,7 +275,10 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
       }
       if ('error' in outcome) log.warn(`${request.command} refused`, { code: outcome.error.code, error: outcome.error.msg });
       else if (outcome.verdict === 'skipped') log.debug('pod skipped', { reason: outcome.reason });
-      deps.metrics?.observe(request.command, 'error' in outcome ? outcome.error.code : 0, started);
+      const code = 'error' in outcome ? outcome.error.code : 0;
+      const seconds = Number(now() - started) / 1e9;
+      deps.metrics?.observe(request.command, code, seconds);
+      if (captured.mode !== undefined) deps.metrics?.observePodCapture(captured.mode, code, seconds);
       return outcome;
     },
   };
