@@ -25,6 +25,8 @@ export interface PodSandbox {
   ip: string;
   /** The node's address on this pod's veth (the pod's default gateway). */
   gateway: string;
+  /** The node side of the pod's veth (in the node netns). */
+  hostVeth: string;
   containerId: string;
   /** The pause process: lives in the pod netns and the pod's cgroup. */
   pause: ChildProcess;
@@ -117,7 +119,8 @@ export function createAmbientNode(): AmbientNode {
       const subnet = `10.${100 + (index >> 8)}.${index & 0xff}`;
       const podIp = `${subnet}.2`;
       const gateway = `${subnet}.1`;
-      const ref = attach(`ambpod-${id}-${index}`, `v${id}${index}`, gateway, podIp, 24);
+      const hostVeth = `v${id}${index}`;
+      const ref = attach(`ambpod-${id}-${index}`, hostVeth, gateway, podIp, 24);
       const uid = options.uid ?? randomUUID();
       const containerId = randomBytes(32).toString('hex');
       const inode = statSync(ref.path).ino;
@@ -138,6 +141,7 @@ export function createAmbientNode(): AmbientNode {
         netns: ref,
         ip: podIp,
         gateway,
+        hostVeth,
         containerId,
         pause: pause as ChildProcess,
         inode,

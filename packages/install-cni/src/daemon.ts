@@ -281,6 +281,7 @@ function startAgent(
       dnsCapture: settings.ambientDnsCapture,
       ipv6: settings.ambientIpv6,
       reconcilePodRules: settings.ambientReconcilePodRulesOnStartup,
+      awsBranchEniProbe: settings.ambientEnableAwsBranchEniProbe,
       ...(settings.hostProbeSnatIp ? { hostProbeSnatIp: settings.hostProbeSnatIp } : {}),
       ...(settings.hostProbeSnatIpv6 ? { hostProbeSnatIpv6: settings.hostProbeSnatIpv6 } : {}),
       onZtunnelConnections,

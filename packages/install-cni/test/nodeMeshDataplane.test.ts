@@ -4,6 +4,7 @@ import { ambientConfigFromOptions, type Pod } from '@istio-cni/capture';
 import {
   createNetnsHandle,
   createPodNetnsCache,
+  type BranchEniProbeRules,
   createRecordingCommandRunner,
   iptablesBinaries,
   type NetnsHandle,
@@ -16,7 +17,8 @@ import { RetryableError } from '../src/ambient/meshDataplane.ts';
 import { createNodeMeshDataplane } from '../src/ambient/nodeMeshDataplane.ts';
 import type { PodAnnotator } from '../src/kube/podStatusAnnotator.ts';
 
-const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
+const logLines: string[] = [];
+const logger = createJsonLogger({ scope: 'test', threshold: 'debug', sink: (line) => void logLines.push(line) });
 const UID = 'uid-app-0';
 const IPS = ['10.100.0.2'];
 
@@ -30,6 +32,7 @@ const pod: Pod = {
 function setup(
   failures: { annotation?: number; probeSet?: number },
   owns: (netns: NetnsHandle, ips: readonly string[]) => boolean = () => true,
+  branchEni?: BranchEniProbeRules,
 ) {
   const netnsHandles: NetnsHandle[] = [];
   const probeSet = new Map<string, string>();
@@ -116,6 +119,7 @@ function setup(
       check: () => {},
     },
     sets,
+    ...(branchEni ? { branchEni } : {}),
     ztunnel,
     annotator,
     logger,
@@ -188,5 +192,51 @@ describe('ambient enrolment of a pod whose IPs changed', () => {
     assert.deepEqual(s.ztunnelLog, [`add:${UID}`, `del:${UID}`, `add:${UID}`], 'ztunnel is given the new netns');
     assert.equal(s.probeSet.get('10.100.0.9'), UID);
     assert.equal(s.annotation(), 'enabled');
+  });
+});
+
+describe('AWS branch ENI probe rules on enrolment', () => {
+  /** Branch ENI rules as the host would hold them: every IP given is a branch ENI pod's. */
+  function branchEniHost(fail = false) {
+    const calls: string[] = [];
+    const route = { table: 101, veth: 'vlan6fb1c5f2a4d', iifPriority: 10 };
+    const rules: BranchEniProbeRules = {
+      async addPod(ips) {
+        calls.push(`add ${ips.join(',')}`);
+        return ips.map((ip) => ({ ip, route, ...(fail ? { error: 'RTNETLINK answers: Operation not permitted' } : {}) }));
+      },
+      async removePod(ips) {
+        calls.push(`remove ${ips.join(',')}`);
+        return ips.map((ip) => ({ ip, route }));
+      },
+      flush: async () => [],
+    };
+    return { rules, calls };
+  }
+  const entries = (msg: string) => logLines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e.msg === msg);
+
+  it('adds them after the probe-set entry, removes them with it, and logs each naming the pod', async () => {
+    logLines.length = 0;
+    const eni = branchEniHost();
+    const s = setup({}, undefined, eni.rules);
+    await s.dataplane.addPodToMesh(pod, IPS, undefined);
+    await s.dataplane.syncPodIps(pod, ['10.100.0.9']);
+    await s.dataplane.removePodFromMesh(pod, true);
+    assert.deepEqual(eni.calls, ['add 10.100.0.2', 'add 10.100.0.9', 'remove 10.100.0.2']);
+    const added = entries('branch ENI pod: probe traffic routed over its veth');
+    assert.equal(added.length, 2);
+    assert.equal(added[0]?.pod, 'mesh/app-0');
+    assert.equal(added[0]?.veth, 'vlan6fb1c5f2a4d');
+    assert.equal(entries('branch ENI pod: probe rules removed')[0]?.pod, 'mesh/app-0');
+  });
+
+  it('a failure to add them is logged and the pod is enrolled anyway', async () => {
+    logLines.length = 0;
+    const s = setup({}, undefined, branchEniHost(true).rules);
+    await s.dataplane.addPodToMesh(pod, IPS, undefined);
+    assert.equal(s.annotation(), 'enabled');
+    const [failed] = entries("failed to add branch ENI probe rules; the pod's kubelet probes may fail");
+    assert.equal(failed?.pod, 'mesh/app-0');
+    assert.match(String(failed?.error), /Operation not permitted/);
   });
 });

@@ -46,3 +46,26 @@ export {
   deleteAmbientHostRules,
   verifyAmbientHostRules,
 } from './ambientHostRules.ts';
+export {
+  type BranchEniRoute,
+  type HostRoute,
+  type IifRule,
+  iifRulesByTable,
+  matchBranchEniRoute,
+  parseHostRoutes,
+  parseIifRules,
+} from './branchEniRoute.ts';
+export {
+  BRANCH_ENI_FORWARD_PRIORITY,
+  type BranchEniRulePlan,
+  type IpRuleSelector,
+  ipRuleArgv,
+  planBranchEniRules,
+} from './branchEniRules.ts';
+export {
+  type BranchEniLog,
+  type BranchEniOutcome,
+  type BranchEniProbeRules,
+  type BranchEniProbeRulesOptions,
+  createBranchEniProbeRules,
+} from './branchEniProbeRules.ts';

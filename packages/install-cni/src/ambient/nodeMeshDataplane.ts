@@ -5,6 +5,7 @@ import {
   PodNetnsRefusedError,
   type AmbientRuleBackend,
   type AmbientRulesDeps,
+  type BranchEniProbeRules,
   type NetnsHandle,
   type NetnsOwnershipCheck,
   type PodNetnsCache,
@@ -17,6 +18,7 @@ import {
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { PodAnnotator } from '../kube/podStatusAnnotator.ts';
+import { syncBranchEniProbeRules } from './syncBranchEniProbeRules.ts';
 import { NonRetryableError, REDIRECTION_ANNOTATION, RetryableError, podIps, type MeshDataplane } from './meshDataplane.ts';
 
 export interface NodeMeshDataplaneDeps {
@@ -34,6 +36,8 @@ export interface NodeMeshDataplaneDeps {
    */
   netnsGuard: PodNetnsGuard;
   sets: ProbeSetManager;
+  /** AWS branch ENI probe rules (AMBIENT_ENABLE_AWS_BRANCH_ENI_PROBE); undefined when the setting is off. */
+  branchEni?: BranchEniProbeRules;
   ztunnel: ZtunnelServer;
   annotator: PodAnnotator;
   logger: Logger;
@@ -145,6 +149,7 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
         await rollBack(uid, ips, log);
         throw new RetryableError(`failed to add the pod to the host probe set: ${errorMessage(err)}`);
       }
+      await syncBranchEniProbeRules(deps.branchEni, 'add', ips, log);
       try {
         // The client has already retried this idempotent patch within its deadline.
         await deps.annotator.annotate(workload.namespace, workload.name, REDIRECTION_ANNOTATION, 'enabled');
@@ -157,10 +162,12 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
     async removePodFromMesh(pod, isDelete) {
       const uid = pod.metadata.uid ?? '';
       const log = logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` });
-      const { keptForOtherPods } = await deps.sets.removePod(uid, podIps(pod));
+      const ips = podIps(pod);
+      const { keptForOtherPods } = await deps.sets.removePod(uid, ips);
       for (const e of keptForOtherPods) {
         log.warn('probe-set entry for this IP belongs to another pod; left in place', { ip: e.ip, owner: e.uid });
       }
+      await syncBranchEniProbeRules(deps.branchEni, 'remove', ips, log);
       const netns = cache.take(uid);
       try {
         if (netns !== undefined && !isDelete) {
@@ -192,6 +199,7 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
         return dataplane.addPodToMesh(pod, ips, undefined);
       }
       await deps.sets.addPod(uid, ips);
+      await syncBranchEniProbeRules(deps.branchEni, 'add', ips, logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` }));
     },
 
     holdsNetns(uid) {

@@ -3,6 +3,7 @@ import { ambientConfigFromOptions, ambientPodOverrides, type AmbientConfig, type
 import {
   applyAmbientPodRules,
   createAmbientHostRules,
+  createBranchEniProbeRules,
   createExecCommandRunner,
   createIpsetProbeSets,
   createNetnsOwnershipCheck,
@@ -35,6 +36,7 @@ import { isTerminal, podIps, redirectionState, type MeshDataplane } from './mesh
 import { decideNodeIptables } from './decideNodeIptables.ts';
 import { createNodeMeshDataplane, workloadOf } from './nodeMeshDataplane.ts';
 import { createAmbientVerifier, type AmbientVerifier } from './ambientVerifier.ts';
+import { syncBranchEniProbeRules } from './syncBranchEniProbeRules.ts';
 
 export interface AmbientOptions {
   view: ClusterView;
@@ -59,6 +61,8 @@ export interface AmbientOptions {
   reconcilePodRules: boolean;
   hostProbeSnatIp?: string;
   hostProbeSnatIpv6?: string;
+  /** AMBIENT_ENABLE_AWS_BRANCH_ENI_PROBE: probe rules for AWS branch ENI pods (Security Groups for Pods). */
+  awsBranchEniProbe: boolean;
   logger: Logger;
   registry: Registry;
   /** Every change of the number of connected ztunnels (the readiness taint waits for the first). */
@@ -122,6 +126,14 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     ? createNftProbeSets({ runner, config, ...(hostNetns ? { netns: hostNetns } : {}) })
     : createIpsetProbeSets({ runner, config, ...(hostNetns ? { netns: hostNetns } : {}) });
   const kubeletUid = o.nativeNftables ? await findKubeletUid(procFs) : undefined;
+  const branchEni = o.awsBranchEniProbe
+    ? createBranchEniProbeRules({
+        runner,
+        hostProcDir: o.hostProcDir,
+        ...(hostNetns ? { netns: hostNetns } : {}),
+        log: (level, msg, fields) => log[level](msg, fields),
+      })
+    : undefined;
   const hostRules = { config, backend, ...(hostNetns ? { hostNetns } : {}), ...(kubeletUid !== undefined ? { kubeletUid } : {}) };
 
   // Probe sets are not flushed here (upstream does): the snapshot sync below prunes what is stale,
@@ -181,6 +193,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     checkOwnership,
     netnsGuard,
     sets,
+    ...(branchEni ? { branchEni } : {}),
     ztunnel,
     annotator: o.annotator,
     logger: log,
@@ -208,6 +221,9 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       pruneSkipped: sync.pruneSkipped,
     });
     for (const e of sync.errors) log.warn('probe set sync', { error: e });
+    // As upstream, where the snapshot's probe-set sync also adds them.
+    for (const p of snapshot)
+      await syncBranchEniProbeRules(branchEni, 'add', podIps(p), log.with({ pod: `${p.metadata.namespace}/${p.metadata.name}` }));
     for (const p of snapshot) cache.ensure(p.metadata.uid ?? '', workloadOf(p));
     const wanted = new Map(snapshot.map((p) => [p.metadata.uid ?? '', ambientPod(p)]));
     const found = await (await getFinder()).findNetnsForPods(wanted);
@@ -277,6 +293,10 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
           log.warn('failed to delete host rules', { error: String(err) }),
         );
         await sets.destroy().catch((err: unknown) => log.warn('failed to destroy probe sets', { error: String(err) }));
+        // From memory, not detected again: aws-vpc-cni may have removed its own rules already.
+        for (const o of (await branchEni?.flush()) ?? []) {
+          if (o.error !== undefined) log.debug('failed to remove branch ENI probe rules', { ip: o.ip, error: o.error });
+        }
       }
       cache.closeAll();
     },
