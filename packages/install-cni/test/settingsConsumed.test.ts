@@ -20,10 +20,7 @@ const SETTINGS_FILE = join(ROOT, 'packages/install-cni/src/settings/settings.ts'
 /**
  * Settings read where this scan cannot see it. Each entry says where.
  */
-const ALLOW_LIST: Readonly<Record<string, string>> = {
-  // implemented in the ambient dataplane (branch ENI probe)
-  AMBIENT_ENABLE_AWS_BRANCH_ENI_PROBE: 'implemented in the ambient dataplane (branch ENI probe)',
-};
+const ALLOW_LIST: Readonly<Record<string, string>> = {};
 
 const STRING_CANDIDATES = ['127.0.0.1', '5s', '- podSelector: {matchLabels: {a: b}}'];
 
