@@ -1,6 +1,8 @@
 /**
  * A pod sandbox of `ambientNode.ts` re-routed the way aws-vpc-cni routes a branch ENI pod (Security
- * Groups for Pods) on the node: a VLAN link `vlan.eth.<vlan>` on a trunk ENI (a dummy here), a
+ * Groups for Pods) on the node: a VLAN link `vlan.eth.<vlan>` on the trunk ENI (here one end of a
+ * veth pair: kernels without the dummy and 8021q drivers have no other link to stand in, and the
+ * detection, as upstream's, looks at routes and rules, never at the link's type), a
  * routing table `100 + vlan` holding the pod's host route over its veth and a default route over the
  * VLAN link, `iif` rules from both into that table at priority 10, and no route to the pod in main.
  * Plus `net.ipv4.tcp_early_demux=0`, which AWS requires on such nodes (the node netns's own copy).
@@ -26,14 +28,13 @@ export function setTcpEarlyDemux(node: NetnsRef, value: 0 | 1): void {
 
 export function layBranchEniPod(node: NetnsRef, sandbox: PodSandbox, vlan: number): BranchEniLayout {
   const table = 100 + vlan;
-  const trunk = `trunk${vlan}`;
   const vlanLink = `vlan.eth.${vlan}`;
+  const peer = `vlanpeer.${vlan}`;
   const iifPriority = 10;
   const subnet = sandbox.ip.replace(/\.\d+$/, '.0/24');
   ipBatch(node.name, [
-    `link add ${trunk} type dummy`,
-    `link set ${trunk} up`,
-    `link add link ${trunk} name ${vlanLink} type vlan id ${vlan}`,
+    `link add ${vlanLink} type veth peer name ${peer}`,
+    `link set ${peer} up`,
     `link set ${vlanLink} up`,
     `route del ${subnet} dev ${sandbox.hostVeth}`,
     `route add default dev ${vlanLink} table ${table}`,
