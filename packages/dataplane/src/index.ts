@@ -124,7 +124,7 @@ export {
   removeNftTables,
   removeOwnNftTable,
 } from './nftTableList.ts';
-export { checkNftCapabilities, tooOldNftVersion } from './nftCapabilities.ts';
+export { decideNativeNftables, type NftablesDecision, tooOldNftVersion } from './nftCapabilities.ts';
 export { defaultPeerUids, type PeerCredentials, peerCredentials, refusedPeer } from './seqpacket/peerCredentials.ts';
 export {
   decodeWorkloadRequest,

@@ -1,14 +1,29 @@
 import { errorMessage } from '@istio-cni/cni';
-import type { CommandRunner } from './commandRunner.ts';
+import type { CommandRunner, RunOptions } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
 
 /**
- * What native nftables mode needs of the node's `nft`, checked once at start (as upstream's
- * knftables does before its first use: version, then a checked transaction), plus JSON output,
- * which this agent reads every rule back through. Without it each pod's capture would fail at its
- * first read-back, for good; refusing at start names the cause instead.
+ * Whether NATIVE_NFTABLES can be honoured on this node, decided once at start as upstream's node
+ * agent does (`cni/pkg/nodeagent/server_linux.go`): `nft` must run, be 1.0.1 or later and check a
+ * transaction (upstream's knftables refuses otherwise: so do we); an nft built without JSON output
+ * (upstream's `detect_nft_json_linux.go`) or a node still holding the iptables backend's probe
+ * ipsets (`detect_artifacts_linux.go`: a live switch from iptables, complete after a reboot) keeps
+ * the node on iptables, with the reason. Here the fallback covers sidecar pods too: this agent
+ * reads every nft rule back as JSON, and one backend per node is what an operator can reason about.
  */
-export async function checkNftCapabilities(runner: CommandRunner, nft = 'nft'): Promise<void> {
+export type NftablesDecision = { nftables: true } | { nftables: false; reason: string };
+
+export interface NftablesDecisionOptions {
+  nft?: string;
+  ipset?: string;
+  /** Probe ipsets whose presence in the host netns means the iptables backend is still in use. */
+  probeSets: readonly string[];
+  /** Host netns path; undefined: the agent's own. */
+  hostNetns?: string;
+}
+
+export async function decideNativeNftables(runner: CommandRunner, options: NftablesDecisionOptions): Promise<NftablesDecision> {
+  const nft = options.nft ?? 'nft';
   const fail = (why: string, err?: unknown): never => {
     throw new DataplaneError(
       'ERR_DATAPLANE_NFT_UNSUPPORTED',
@@ -19,14 +34,25 @@ export async function checkNftCapabilities(runner: CommandRunner, nft = 'nft'): 
   const version = await runner.run([nft, '--version']).catch((err: unknown) => fail('nft cannot be run', err));
   const tooOld = tooOldNftVersion(version.stdout);
   if (tooOld !== undefined) fail(`nft ${tooOld} is too old (1.0.1 or later is needed)`);
-  const listing = await runner
-    .run([nft, '-j', 'list', 'chains'])
-    .catch((err: unknown) => fail('nft has no JSON output (built without it?)', err));
-  if (!hasJsonSchemaV1(listing.stdout))
-    fail(`nft's JSON output is not json_schema_version 1: ${JSON.stringify(listing.stdout.slice(0, 120))}`);
   await runner
     .run([nft, '--check', '-f', '-'], { stdin: 'add table inet istio-cni-probe\n' })
     .catch((err: unknown) => fail('nft cannot check a transaction (permission, or a kernel without nf_tables)', err));
+  const json = await runner.run([nft, '-j', 'list', 'chains']).then(
+    ({ stdout }) =>
+      hasJsonSchemaV1(stdout) ? undefined : `its JSON output is not json_schema_version 1 (${JSON.stringify(stdout.slice(0, 80))})`,
+    (err: unknown) => `nft has no JSON output (built without it?): ${errorMessage(err)}`,
+  );
+  if (json !== undefined) return { nftables: false, reason: json };
+  const runOptions: RunOptions = options.hostNetns === undefined ? {} : { netns: options.hostNetns };
+  for (const set of options.probeSets) {
+    const exists = await runner.run([options.ipset ?? 'ipset', 'list', '-n', set], runOptions).then(
+      () => true,
+      () => false,
+    );
+    if (exists)
+      return { nftables: false, reason: `the iptables backend's probe ipset ${set} exists (reboot the node to complete the switch)` };
+  }
+  return { nftables: true };
 }
 
 /** `v0.9.8` or `v1.0.0` from `nft --version` when older than 1.0.1, else undefined (a version it cannot read is not refused). */

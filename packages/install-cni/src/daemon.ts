@@ -77,12 +77,15 @@ async function daemonDoctorState(
  * installer loop. The installer's first binary copy and kubeconfig start before all of these; its
  * CNI config waits for them. Shutdown (docs/architecture.md "Where we differ from upstream") cleans up unless this is an upgrade.
  */
-export async function runDaemon(opts: DaemonOptions, signal: AbortSignal): Promise<void> {
-  const { logger, settings } = opts;
-  logger.info('install-cni starting', { version: VERSION, runDir: settings.cniAgentRunDir });
-  await checkInstallerPaths(settings);
-  // Before anything is installed: a node whose nft cannot serve native nftables mode is refused, named.
-  if (settings.nativeNftables) await (await loadServices()).checkNativeNftables();
+export async function runDaemon(given: DaemonOptions, signal: AbortSignal): Promise<void> {
+  const { logger } = given;
+  logger.info('install-cni starting', { version: VERSION, runDir: given.settings.cniAgentRunDir });
+  await checkInstallerPaths(given.settings);
+  // Before anything is installed (the plugin's config names the backend too): NATIVE_NFTABLES as this node can honour it.
+  const opts: DaemonOptions = given.settings.nativeNftables
+    ? { ...given, settings: await (await loadServices()).settingsForNftables(given.settings, logger) }
+    : given;
+  const { settings } = opts;
   const closers: Closer[] = [];
   /** `ztunnel`: this node's ztunnel has connected once (ambient); the readiness taint waits for it. */
   const readiness = { install: false, agent: false, ztunnel: false };

@@ -3,7 +3,10 @@
  * installer's first pass has started (its plugin copy runs meanwhile).
  */
 export { parseEnablementSelectors } from '@istio-cni/capture';
-import { checkNftCapabilities, createExecCommandRunner } from '@istio-cni/dataplane';
+import { ambientProbeSetName } from '@istio-cni/capture';
+import { createExecCommandRunner, decideNativeNftables } from '@istio-cni/dataplane';
+import type { Logger } from '@istio-cni/handoff';
+import type { Settings } from './settings/settings.ts';
 
 export { trimMallocArenas } from '@istio-cni/dataplane';
 export { startHandoffServer } from './agent/handoffServer.ts';
@@ -17,7 +20,18 @@ export { startMetricsServer } from './metrics/metricsServer.ts';
 export { startRepairController } from './repair/startRepairController.ts';
 export { startNodeTaintRemover } from './taint/startNodeTaintRemover.ts';
 
-/** NATIVE_NFTABLES: the node's nft must do what this agent asks of it (`checkNftCapabilities`). */
-export function checkNativeNftables(): Promise<void> {
-  return checkNftCapabilities(createExecCommandRunner());
+/**
+ * NATIVE_NFTABLES as this node can honour it (`decideNativeNftables`): refused when nft is unusable,
+ * kept on iptables (logged with the reason) when nft has no JSON output or the iptables backend's
+ * probe ipsets are still there. The settings returned are the ones everything else then uses.
+ */
+export async function settingsForNftables(settings: Settings, logger: Logger): Promise<Settings> {
+  if (!settings.nativeNftables) return settings;
+  const decision = await decideNativeNftables(createExecCommandRunner(), {
+    probeSets: settings.ambientEnabled ? [ambientProbeSetName(4), ...(settings.ambientIpv6 ? [ambientProbeSetName(6)] : [])] : [],
+    ...(settings.allowSwitchToHostNs ? { hostNetns: `${settings.hostProcDir}/1/ns/net` } : {}),
+  });
+  if (decision.nftables) return settings;
+  logger.warn('NATIVE_NFTABLES=true, but this node stays on iptables', { reason: decision.reason });
+  return { ...settings, nativeNftables: false };
 }
