@@ -43,8 +43,7 @@ test('native nftables on a node whose nft serves it: version, a checked transact
 test('nft without JSON output, or the iptables probe set still on the node: stay on iptables, with the reason (as upstream)', async () => {
   assert.deepEqual(await decideNativeNftables(node({ json: failed('Error: JSON support not compiled-in\n') }), { probeSets }), {
     nftables: false,
-    reason:
-      'nft has no JSON output (built without it?): failed to run "nft": exit code 1: Error: JSON support not compiled-in',
+    reason: 'nft has no JSON output (built without it?): failed to run "nft": exit code 1: Error: JSON support not compiled-in',
   });
   const notJson = await decideNativeNftables(node({ json: 'table inet x {\n}\n' }), { probeSets });
   assert.equal(notJson.nftables, false);
