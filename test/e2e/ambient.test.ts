@@ -6,7 +6,8 @@
 // the daemon running. The last one uninstalls (the DaemonSet deleted first, so SIGTERM is not an
 // upgrade and the host rules and probe sets go too).
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
+import { openNetnsOwnerUserns } from '@istio-cni/dataplane';
 import { after, before, describe, it } from 'node:test';
 import { startFakeZtunnel, type FakeAdd, type FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { applyObjects, findObject, parseManifest, RELEASE_NAMESPACE, renderChart, type KubeObject } from './support/chart.ts';
@@ -260,6 +261,26 @@ describe('istio-cni ambient mode on a real control plane and container runtime',
     const again = zt.adds.filter((a) => a.uid === pod.uid).at(-1);
     assert.equal(again?.inode, statSync(pod.netnsPath).ino, 'found by the procfs scan: the same netns');
     assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)));
+  });
+
+  it('3. a hostUsers: false pod, its netns owned by its own user namespace, is enrolled as any other', SCENARIO, async () => {
+    const zt = ztunnel;
+    assert.ok(zt);
+    const name = 'ambient-userns';
+    const uid = await createPodObject(rig.cluster, 'plain', AMBIENT_NS, name, NODE_NAME, { hostUsers: false });
+    const pod = await runPod(rig.containerd, AMBIENT_NS, name, uid, 0, { hostUsers: false });
+    pods.push(pod);
+    await reportPodStatus(rig.cluster, pod);
+    const owner = openNetnsOwnerUserns(pod.netnsPath);
+    assert.notEqual(owner, undefined, "containerd created the pod's netns inside the pod's user namespace");
+    if (owner !== undefined) closeSync(owner);
+    const add = zt.adds.find((a) => a.uid === uid && !a.inSnapshot);
+    assert.equal(add?.inode, statSync(pod.netnsPath).ino, "ztunnel got the pod's netns");
+    assert.ok(hasAmbientRedirection(await podRules(pod.netnsPath)), 'in-pod redirection rules');
+    assert.equal(await redirection(pod), 'enabled');
+    const client = pods.find((p) => p.name === 'client-1');
+    assert.ok(client);
+    assert.deepEqual(await probeTraffic(pod, { inboundFrom: client.netnsPath }), { outbound: 'port 15001', inbound: 'port 15006' });
   });
 
   it('5. daemon killed: an ambient pod fails with a retryable error and starts once the daemon is back', SCENARIO, async () => {

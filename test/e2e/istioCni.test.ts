@@ -1,13 +1,14 @@
 // The numbered scenarios on the real rig: the chart's rendering applied to a real kube-apiserver,
 // dist/install-cni running as the DaemonSet's container would (scratch host root, a TokenRequest
 // token in a projected-volume layout), containerd running pods through the chained plugin.
-// The scenarios share one rig and one daemon and run in the order written (1, 2, 9, 8, 4, 5, 6, 7,
-// 10): each leaves the daemon running except 7, which uninstalls; 10 starts a pod while the plugin
+// The scenarios share one rig and one daemon and run in the order written (1, 2, 11, 9, 8, 4, 5, 6,
+// 7, 10): each leaves the daemon running except 7, which uninstalls; 10 starts a pod while the plugin
 // is out of the chain and then starts the daemon again. Scenario 3 (ambient) and the ambient half
 // of 5 need the chart rendered with `profile=ambient`: they run on a rig of their own in
 // `ambient.test.ts`.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { openNetnsOwnerUserns } from '@istio-cni/dataplane';
+import { closeSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -20,6 +21,7 @@ import {
   createAndRunPod,
   createPodObject,
   hasSidecarCapture,
+  type PodOptions,
   podRules,
   probeTraffic,
   removePod,
@@ -96,8 +98,8 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     writeFileSync(join(confDir, 'e2e-istio-only.conflist'), JSON.stringify(conf));
     return { confDir, name: conf.name, conf };
   };
-  const startPod = async (kind: 'sidecar' | 'plain', namespace: string, name: string) => {
-    const pod = await createAndRunPod(rig.cluster, rig.containerd, kind, namespace, name, NODE_NAME);
+  const startPod = async (kind: 'sidecar' | 'plain', namespace: string, name: string, options: PodOptions = {}) => {
+    const pod = await createAndRunPod(rig.cluster, rig.containerd, kind, namespace, name, NODE_NAME, options);
     pods.push(pod);
     return pod;
   };
@@ -190,6 +192,15 @@ describe('istio-cni on a real control plane and container runtime', { timeout: 1
     assert.equal(hasSidecarCapture(await podRules(excluded.netnsPath)), false, 'no ISTIO chains in an excluded namespace');
     const log = readFileSync(node.daemon?.logFile ?? '', 'utf8');
     assert.match(log, /sidecar capture programmed/);
+  });
+
+  it('11. a hostUsers: false pod, its netns owned by its own user namespace, is captured (rules and real traffic)', SCENARIO, async () => {
+    const pod = await startPod('sidecar', MESH_NS, 'sidecar-userns', { hostUsers: false });
+    const owner = openNetnsOwnerUserns(pod.netnsPath);
+    assert.notEqual(owner, undefined, "containerd created the pod's netns inside the pod's user namespace");
+    if (owner !== undefined) closeSync(owner);
+    assert.ok(hasSidecarCapture(await podRules(pod.netnsPath)), 'ISTIO chains in the pod netns');
+    assert.deepEqual(await probeTraffic(pod), { outbound: 'port 15001', inbound: 'port 15006' });
   });
 
   it('9. cnitool drives the same conflist: ADD/CHECK/DEL, then GC (with a valid-attachments list) and STATUS', SCENARIO, async () => {

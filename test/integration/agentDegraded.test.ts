@@ -16,6 +16,8 @@ import { createPodNetworkFixture, type PodNetworkFixture } from '../support/podN
 import { kernelSkip } from '../support/hostTools.ts';
 import { startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
 
+// A `hostUsers: false` pod: pod ids 0..65535 are host ids from here (as kubelet maps them).
+const USERNS_BASE = 65_536 * 3;
 const AMBIENT_CONF = { ambient_enabled: true, enablement_selectors: DEFAULT_ENABLEMENT_SELECTORS };
 
 function attachmentOf(net: PodNetworkFixture, containerId: string): PodAttachment {
@@ -49,7 +51,9 @@ for (const variant of variants)
       rig = await startAgentRig(variant.env);
       rig.api.upsertNamespace(namespaceObject('default'));
       rig.api.upsertNamespace(namespaceObject('mesh-ambient', { [AMBIENT_LABEL]: 'ambient' }));
-      for (const name of ['ratings-0', 'ratings-1', 'ratings-2', 'ratings-3']) rig.api.upsertPod(sidecarPod('default', name));
+      for (const name of ['ratings-0', 'ratings-1', 'ratings-2', 'ratings-3', 'userns-0', 'userns-1']) {
+        rig.api.upsertPod(sidecarPod('default', name));
+      }
       rig.api.upsertPod(plainPod('default', 'plain-0'));
       rig.api.upsertPod(plainPod('mesh-ambient', 'ztunnel-client-0'));
     });
@@ -64,6 +68,14 @@ for (const variant of variants)
       assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
       agentRules = await netnsRuleset(net.pod.path);
       assert.match(agentRules, CAPTURE_CHAIN);
+    });
+
+    it('with the agent up: a hostUsers: false pod (its netns owned by its own user namespace) gets the same rules', async (t) => {
+      const net = createPodNetworkFixture(t, { podUsernsBase: USERNS_BASE });
+      const res = await rig.exec('ADD', sidecarPod('default', 'userns-0'), attachmentOf(net, 'u0'));
+      assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+      assert.equal(findLog(res.stderr, 'pod handled by agent')?.verdict, 'redirected', res.stderr);
+      assert.equal(await netnsRuleset(net.pod.path), agentRules);
     });
 
     it('the agent is killed; its socket answers nobody but the plugin kubeconfig stays', async () => {
@@ -84,6 +96,14 @@ for (const variant of variants)
         [`${net.pod.ipv4}/24`],
         'prevResult passed through',
       );
+      assert.equal(await netnsRuleset(net.pod.path), agentRules);
+    });
+
+    it('a hostUsers: false sidecar pod gets the same rules in degraded mode too', async (t) => {
+      const net = createPodNetworkFixture(t, { podUsernsBase: USERNS_BASE });
+      const res = await rig.exec('ADD', sidecarPod('default', 'userns-1'), attachmentOf(net, 'u1'));
+      assert.equal(res.code, 0, `stdout: ${res.stdout}\nstderr: ${res.stderr}`);
+      assert.equal(findLog(res.stderr, 'pod handled in degraded mode')?.action, 'redirected', res.stderr);
       assert.equal(await netnsRuleset(net.pod.path), agentRules);
     });
 

@@ -5,6 +5,12 @@ export interface RunOptions {
   stdin?: string;
   /** Network namespace path (e.g. /var/run/netns/x, /proc/<pid>/ns/net) to run the command in. */
   netns?: string;
+  /**
+   * With `netns`: also enter the user namespace that owns it when that is not the agent's own (a pod
+   * with `hostUsers: false`), where the runner can tell (`ExecCommandRunnerOptions.netnsOwner`).
+   * For xtables writes: the kernel refuses an owner match written from another user namespace.
+   */
+  enterNetnsOwner?: boolean;
   /** Merged over the runner's base environment. */
   env?: Readonly<Record<string, string>>;
   /** Kill the command (SIGKILL) after this many milliseconds. */

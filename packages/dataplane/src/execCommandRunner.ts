@@ -1,5 +1,7 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { closeSync } from 'node:fs';
 import { CommandError, type CommandResult, type CommandRunner, type RunOptions } from './commandRunner.ts';
+import type { NetnsOwnerOpener } from './netnsOwnerUserns.ts';
 
 export interface ExecCommandRunnerOptions {
   /** Base environment for every command; read once by the caller (defaults to process.env at creation). */
@@ -14,6 +16,11 @@ export interface ExecCommandRunnerOptions {
    * truncated read-back is never parsed as if it were whole. Stderr is kept up to 64 KiB (messages only).
    */
   maxOutputBytes?: number;
+  /**
+   * Finds the user namespace owning a netns, for `RunOptions.enterNetnsOwner` (the daemon passes
+   * `openNetnsOwnerUserns`). Without it such commands run in the agent's user namespace, as upstream's.
+   */
+  netnsOwner?: NetnsOwnerOpener;
 }
 
 const defaultTimeoutMs = 30_000;
@@ -30,6 +37,7 @@ export function createExecCommandRunner(options: ExecCommandRunnerOptions = {}):
       return runOnce(argv, runOptions, {
         nsenter,
         maxBytes,
+        netnsOwner: options.netnsOwner,
         env: { ...baseEnv, ...runOptions.env },
         timeoutMs: runOptions.timeoutMs ?? options.timeoutMs ?? defaultTimeoutMs,
       });
@@ -40,6 +48,7 @@ export function createExecCommandRunner(options: ExecCommandRunnerOptions = {}):
 interface Resolved {
   nsenter: string;
   maxBytes: number;
+  netnsOwner: NetnsOwnerOpener | undefined;
   env: Record<string, string | undefined>;
   timeoutMs: number;
 }
@@ -48,10 +57,37 @@ function runOnce(argv: readonly string[], options: RunOptions, r: Resolved): Pro
   if (argv.length === 0 || argv[0] === '') {
     return Promise.reject(new TypeError('argv must name a program'));
   }
-  const full = options.netns === undefined ? [...argv] : [r.nsenter, `--net=${options.netns}`, '--', ...argv];
+  let ownerFd: number | undefined;
+  if (options.netns !== undefined && options.enterNetnsOwner === true && r.netnsOwner !== undefined) {
+    try {
+      ownerFd = r.netnsOwner(options.netns);
+    } catch (err) {
+      const stderr = `cannot tell which user namespace owns the netns: ${(err as Error).message}`;
+      return Promise.reject(
+        new CommandError(
+          'ERR_DATAPLANE_COMMAND_FAILED',
+          { argv, netns: options.netns, exitCode: null, stdout: '', stderr },
+          { cause: err },
+        ),
+      );
+    }
+  }
+  const env = ownerFd === undefined ? r.env : ownedNetnsEnv(r.env);
+  const full =
+    options.netns === undefined
+      ? [...argv]
+      : [r.nsenter, `--net=${options.netns}`, ...(ownerFd === undefined ? [] : [`--user=${OWNER_FD_PATH}`]), '--', ...argv];
   const [program, ...args] = full as [string, ...string[]];
   return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { env: r.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let child: ChildProcessWithoutNullStreams;
+    try {
+      child = spawn(program, args, {
+        env,
+        stdio: ownerFd === undefined ? ['pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe', ownerFd],
+      }) as ChildProcessWithoutNullStreams;
+    } finally {
+      if (ownerFd !== undefined) closeSync(ownerFd);
+    }
     const stdout = collect(r.maxBytes);
     const stderr = collect(maxStderrBytes);
     let tooLarge = false;
@@ -99,6 +135,18 @@ function runOnce(argv: readonly string[], options: RunOptions, r: Resolved): Pro
       }
     });
   });
+}
+
+/** The owning user namespace is handed to nsenter as its fd 3. */
+const OWNER_FD_PATH = '/proc/self/fd/3';
+
+/**
+ * In a pod's user namespace, the agent's root is the pod's mapped root: the legacy xtables lock file
+ * the caller chose (the netns file, `xtablesRunOptions`) may not open there. The user namespace is
+ * the pod's own, so it serves as the per-pod lock instead.
+ */
+function ownedNetnsEnv(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  return env.XTABLES_LOCKFILE === undefined ? env : { ...env, XTABLES_LOCKFILE: OWNER_FD_PATH };
 }
 
 /**

@@ -8,6 +8,8 @@ export {
   xtablesExitMessage,
 } from './commandRunner.ts';
 export { createExecCommandRunner, type ExecCommandRunnerOptions } from './execCommandRunner.ts';
+export { openNetnsOwnerUserns } from './netnsOwnerKoffi.ts';
+export { createNetnsOwnerOpener, type NetnsOwnerOpener, type NsIoctl } from './netnsOwnerUserns.ts';
 export {
   createRecordingCommandRunner,
   type RecordedCall,

@@ -12,7 +12,10 @@ export function xtablesRunOptions(backend: IptablesBackend, netns: string): RunO
   return { netns, env: { XTABLES_LOCKFILE: netns } };
 }
 
-/** `iptables-restore --noflush` of `stdin` in `netns` (waiting for the legacy lock where it exists). */
+/**
+ * `iptables-restore --noflush` of `stdin` in `netns` (waiting for the legacy lock where it exists),
+ * written from the user namespace that owns the netns (`RunOptions.enterNetnsOwner`).
+ */
 export async function restoreIptables(
   runner: CommandRunner,
   backend: IptablesBackend,
@@ -22,5 +25,6 @@ export async function restoreIptables(
 ): Promise<void> {
   const argv = [backend.binaries[family].restore, '--noflush'];
   if (!backend.nfTables && versionAtLeast(backend.version, 1, 6, 2)) argv.push('--wait=30');
-  await runner.run(argv, { ...xtablesRunOptions(backend, netns), stdin });
+  const options = xtablesRunOptions(backend, netns);
+  await runner.run(argv, { ...options, ...(options.netns === undefined ? {} : { enterNetnsOwner: true }), stdin });
 }

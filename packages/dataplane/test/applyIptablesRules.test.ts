@@ -50,7 +50,7 @@ test('an empty netns gets the document through restore --noflush, with a per-net
   assert.deepEqual(result.outcome, { ipv4: 'applied', ipv6: 'skipped' });
   const restore = runner.calls.at(-1);
   assert.deepEqual(restore?.argv, ['iptables-legacy-restore', '--noflush', '--wait=30']);
-  assert.deepEqual(restore?.options, { netns, env: { XTABLES_LOCKFILE: netns }, stdin: document });
+  assert.deepEqual(restore?.options, { netns, env: { XTABLES_LOCKFILE: netns }, enterNetnsOwner: true, stdin: document });
 });
 
 test('iptables-nft takes no lock and no --wait', async () => {

@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { existsSync, fstatSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type TestContext, test } from 'node:test';
 import { CommandError, createExecCommandRunner, xtablesExitMessage } from '@istio-cni/dataplane';
 
 test('runs a program with argv and returns its stdout', async () => {
@@ -93,4 +96,71 @@ test('a long stderr is quoted in the error message up to a bound', async () => {
   assert.equal(err.stderr.length, 65536);
   assert.ok(err.message.length < 2300, `message of ${err.message.length} characters`);
   assert.match(err.message, /x… \(65536 characters\)$/);
+});
+
+// A stand-in nsenter that prints what it was given: its argv, what its fd 3 is, the lock file.
+function fakeNsenter(t: TestContext): { nsenter: string; dir: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'fake-nsenter-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const nsenter = join(dir, 'nsenter');
+  writeFileSync(nsenter, '#!/bin/sh\necho "$@"\nreadlink /proc/self/fd/3 || echo "no fd 3"\necho "lock=$XTABLES_LOCKFILE"\n', {
+    mode: 0o700,
+  });
+  return { nsenter, dir };
+}
+
+test("enterNetnsOwner: a netns of another user namespace is entered with that namespace too, handed over as fd 3, the pod's own lock", async (t) => {
+  const { nsenter, dir } = fakeNsenter(t);
+  const owner = join(dir, 'userns');
+  writeFileSync(owner, '');
+  let fd: number | undefined;
+  const runner = createExecCommandRunner({
+    nsenter,
+    netnsOwner: (path) => {
+      assert.equal(path, '/var/run/netns/pod');
+      fd = openSync(owner, 'r');
+      return fd;
+    },
+  });
+  const { stdout } = await runner.run(['iptables-restore', '--noflush'], {
+    netns: '/var/run/netns/pod',
+    env: { XTABLES_LOCKFILE: '/var/run/netns/pod' },
+    enterNetnsOwner: true,
+  });
+  assert.equal(stdout, `--net=/var/run/netns/pod --user=/proc/self/fd/3 -- iptables-restore --noflush\n${owner}\nlock=/proc/self/fd/3\n`);
+  assert.throws(() => fstatSync(fd as number), { code: 'EBADF' }, "the runner's copy of the fd is closed");
+});
+
+test("enterNetnsOwner: a netns of the agent's own user namespace, or a command not asking, runs with --net only", async (t) => {
+  const { nsenter } = fakeNsenter(t);
+  let asked = 0;
+  const runner = createExecCommandRunner({
+    nsenter,
+    netnsOwner: () => {
+      asked++;
+      return undefined;
+    },
+  });
+  const own = await runner.run(['iptables-restore'], { netns: '/n', env: { XTABLES_LOCKFILE: '/n' }, enterNetnsOwner: true });
+  assert.equal(own.stdout, '--net=/n -- iptables-restore\nno fd 3\nlock=/n\n');
+  const notAsking = await runner.run(['iptables-save'], { netns: '/n' });
+  assert.equal(notAsking.stdout, '--net=/n -- iptables-save\nno fd 3\nlock=\n');
+  assert.equal(asked, 1, 'the owner is looked up only for commands that ask');
+});
+
+test('enterNetnsOwner: a netns whose owner cannot be told fails the command before anything runs', async (t) => {
+  const { nsenter, dir } = fakeNsenter(t);
+  const ran = join(dir, 'ran');
+  writeFileSync(nsenter, `#!/bin/sh\ntouch ${ran}\n`, { mode: 0o700 });
+  const runner = createExecCommandRunner({
+    nsenter,
+    netnsOwner: () => {
+      throw new Error('ENOENT: no such file');
+    },
+  });
+  const err = await runner.run(['iptables-restore'], { netns: '/gone', enterNetnsOwner: true }).catch((e: unknown) => e);
+  assert.ok(err instanceof CommandError);
+  assert.equal(err.code, 'ERR_DATAPLANE_COMMAND_FAILED');
+  assert.match(err.message, /cannot tell which user namespace owns the netns: ENOENT: no such file/);
+  assert.equal(existsSync(ran), false);
 });

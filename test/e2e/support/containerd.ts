@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
@@ -133,6 +133,9 @@ export function renderContainerdConfig(dir: string, socket: string, confDir: str
 /** Starts containerd with a private config: own root/state/socket, CRI on, scratch CNI dirs, the local pause image. */
 export async function startContainerd(): Promise<Containerd> {
   const dir = mkdtempSync(join(tmpdir(), 'istio-cni-e2e-containerd-'));
+  // A pod with its own user namespace (`hostUsers: false`) runs as a mapped root that runc must
+  // let reach the rootfs under the state dir: searchable, not listable, as containerd's own dirs.
+  chmodSync(dir, 0o711);
   const socket = join(dir, 'containerd.sock');
   const cniConfDir = join(dir, 'cni/net.d');
   const cniBinDir = join(dir, 'cni/bin');

@@ -18,24 +18,57 @@ export interface StartedPod {
 }
 
 /** Creates the pod object in the API (bound to nodeName, as the scheduler would) and returns its uid. */
-export async function createPodObject(cluster: Cluster, kind: PodKind, namespace: string, name: string, nodeName: string): Promise<string> {
+export async function createPodObject(
+  cluster: Cluster,
+  kind: PodKind,
+  namespace: string,
+  name: string,
+  nodeName: string,
+  options: PodOptions = {},
+): Promise<string> {
   const template = kind === 'sidecar' ? sidecarPod(namespace, name, nodeName) : plainPod(namespace, name, nodeName);
+  const spec = { ...(template.spec as Record<string, unknown>), ...(options.hostUsers === false ? { hostUsers: false } : {}) };
   const pod = await cluster.api.must<{ metadata: { uid: string } }>('POST', `/api/v1/namespaces/${namespace}/pods`, {
     apiVersion: 'v1',
     kind: 'Pod',
     ...template,
+    spec,
     status: undefined,
   });
   return pod.metadata.uid;
 }
 
+export interface PodOptions {
+  /**
+   * `spec.hostUsers: false`: the sandbox gets a user namespace of its own, pod ids 0..65535 mapped
+   * to host ids from `USERNS_HOST_BASE`, as kubelet asks the runtime (CRI `userns_options`, mode POD);
+   * containerd then creates the pod's netns inside that user namespace.
+   */
+  hostUsers?: false;
+}
+
+/** Host id of the pod's id 0 in a `hostUsers: false` pod (kubelet allocates multiples of 65536). */
+export const USERNS_HOST_BASE = 65_536 * 4;
+
 /** What kubelet does next: RunPodSandbox through CRI, which makes containerd run the CNI chain. */
 /** `attempt` counts kubelet's retries of RunPodSandbox for the same pod. */
-export async function runPod(containerd: Containerd, namespace: string, name: string, uid: string, attempt = 0): Promise<StartedPod> {
+export async function runPod(
+  containerd: Containerd,
+  namespace: string,
+  name: string,
+  uid: string,
+  attempt = 0,
+  options: PodOptions = {},
+): Promise<StartedPod> {
+  const idMapping = [{ host_id: USERNS_HOST_BASE, container_id: 0, length: 65_536 }];
+  const userns =
+    options.hostUsers === false
+      ? { security_context: { namespace_options: { userns_options: { mode: 0, uids: idMapping, gids: idMapping } } } }
+      : {};
   const sandboxId = await containerd.runPodSandbox({
     metadata: { name, namespace, uid, attempt },
     hostname: name,
-    linux: { cgroup_parent: containerd.podCgroupParent(uid) },
+    linux: { cgroup_parent: containerd.podCgroupParent(uid), ...userns },
   });
   const { status, info } = await containerd.inspectPodSandbox(sandboxId);
   const spec = info.runtimeSpec as { linux: { namespaces: { type: string; path?: string }[] } };
@@ -51,9 +84,10 @@ export async function createAndRunPod(
   namespace: string,
   name: string,
   nodeName: string,
+  options: PodOptions = {},
 ): Promise<StartedPod> {
-  const uid = await createPodObject(cluster, kind, namespace, name, nodeName);
-  return runPod(containerd, namespace, name, uid);
+  const uid = await createPodObject(cluster, kind, namespace, name, nodeName, options);
+  return runPod(containerd, namespace, name, uid, 0, options);
 }
 
 export async function removePod(containerd: Containerd, pod: StartedPod): Promise<void> {

@@ -185,7 +185,8 @@ function hostContext(
   const runner: CommandRunner = {
     run(argv, runOptions: RunOptions = {}) {
       if (runOptions.netns !== netns) return deps.runner.run(argv, runOptions);
-      const { env, netns: _netns, ...rest } = runOptions;
+      // The node's netns belongs to the node's user namespace: nothing to enter besides it.
+      const { env, netns: _netns, enterNetnsOwner: _owner, ...rest } = runOptions;
       const cleanEnv = env === undefined ? undefined : Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'XTABLES_LOCKFILE'));
       return deps.runner.run(argv, {
         ...rest,

@@ -167,7 +167,9 @@ export async function deleteAmbientPodRules(deps: AmbientRulesDeps, options: Omi
           ['ipv6', plan.v6],
         ] as const) {
           for (const args of commands) {
-            await deps.runner.run([backend.binaries[family].iptables, ...args], xtablesRunOptions(backend, netns)).catch(() => {});
+            await deps.runner
+              .run([backend.binaries[family].iptables, ...args], { ...xtablesRunOptions(backend, netns), enterNetnsOwner: true })
+              .catch(() => {});
           }
         }
       }

@@ -2,6 +2,7 @@ import { statSync } from 'node:fs';
 import { captureEnvironmentFrom, type EnablementSelector } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
+  openNetnsOwnerUserns,
   createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createPodNetnsGuard,
@@ -90,7 +91,7 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const kube = createKubeClient(loadKubeConfig(options.kube));
   const cluster = watchCluster(kube, { nodeName: options.nodeName, logger: options.logger, namespaces: options.ambientEnabled });
   const capture = createSidecarCaptureManager({
-    runner: createExecCommandRunner(),
+    runner: createExecCommandRunner({ netnsOwner: openNetnsOwnerUserns }),
     openScratchNetns: createScratchNetnsOpener(),
     netnsGuard: createPodNetnsGuard({ hostProcDir: options.hostProcDir }),
     nativeNftables: options.nativeNftables,

@@ -5,6 +5,7 @@ import {
   createAmbientHostRules,
   createBranchEniProbeRules,
   createExecCommandRunner,
+  openNetnsOwnerUserns,
   createIpsetProbeSets,
   createNetnsOwnershipCheck,
   createLegacyTablesFingerprinter,
@@ -108,7 +109,7 @@ function withRetries<T>(what: string, attempts: number, delayMs: number, log: Lo
  */
 export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
   const log = o.logger;
-  const runner = createExecCommandRunner();
+  const runner = createExecCommandRunner({ netnsOwner: openNetnsOwnerUserns });
   const config: AmbientConfig = ambientConfigFromOptions({
     enableIPv6: o.ipv6,
     redirectDns: o.dnsCapture,

@@ -1,6 +1,7 @@
 import { captureEnvironmentFrom } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
+  openNetnsOwnerUserns,
   createNetnsOwnershipCheck,
   createPodNetnsGuard,
   createProcFs,
@@ -85,7 +86,7 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
   }
   let repairInPlace: RepairInPlace | undefined;
   if (mode === 'repair') {
-    const runner = createExecCommandRunner();
+    const runner = createExecCommandRunner({ netnsOwner: openNetnsOwnerUserns });
     const procFs = createProcFs(settings.hostProcDir);
     const checkOwnership = createNetnsOwnershipCheck(runner);
     const netnsGuard = createPodNetnsGuard({ hostProcDir: settings.hostProcDir });
