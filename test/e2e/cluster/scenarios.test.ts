@@ -75,14 +75,20 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
     name: string,
     nodeName: string,
     containers: unknown[],
-    options: { annotations?: Record<string, string>; namespace?: string; initContainers?: unknown[] } = {},
+    options: { annotations?: Record<string, string>; namespace?: string; initContainers?: unknown[]; hostUsers?: false } = {},
   ): Promise<void> => {
     const { annotations = {}, namespace = NS, initContainers = [] } = options;
     await api().must('POST', `/api/v1/namespaces/${namespace}/pods`, {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name, namespace, annotations },
-      spec: { nodeName, terminationGracePeriodSeconds: 1, initContainers, containers },
+      spec: {
+        nodeName,
+        terminationGracePeriodSeconds: 1,
+        initContainers,
+        containers,
+        ...(options.hostUsers === false ? { hostUsers: false } : {}),
+      },
     });
   };
   const getPod = (name: string, namespace = NS) => api().must<Pod>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
@@ -220,6 +226,28 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
     ]);
     assert.equal(await answer('client', 'to-sidecar'), 'proxy-15006');
     assert.equal(await answer('client', 'to-plain'), 'plain-8080');
+  });
+
+  it("2 a hostUsers: false sidecar pod (kubelet gives it a user namespace, containerd its netns inside it): captured, the proxy's uid exempt", async () => {
+    const [node1, node2] = [nodeNamed(0).layout.name, nodeNamed(1).layout.name];
+    await createPod(
+      'sidecar-userns',
+      node1,
+      [
+        container('app', serve(8080, 'app-8080')),
+        container('istio-proxy', `${serve(15001, 'proxy-15001')} & ${serve(15006, 'proxy-15006')} & wait`, 1337),
+        container('outbound', probe(NOWHERE, 80)),
+        // The proxy's own uid, as the pod sees it, goes out uncaptured: nothing answers there.
+        container('proxy-outbound', probeOnce(NOWHERE, 80), 1337),
+      ],
+      { annotations: { 'sidecar.istio.io/status': SIDECAR_STATUS }, hostUsers: false },
+    );
+    const pod = await waitPod('sidecar-userns', isReady, 'Ready');
+    assert.equal(pod.spec.hostUsers, false, 'the API server kept the field (UserNamespacesSupport on)');
+    assert.equal(await answer('sidecar-userns', 'outbound'), 'proxy-15001');
+    assert.equal(await answer('sidecar-userns', 'proxy-outbound'), 'none');
+    await createPod('client-userns', node2, [container('to-sidecar', probe(pod.status?.podIP ?? '', 8080))]);
+    assert.equal(await answer('client-userns', 'to-sidecar'), 'proxy-15006');
   });
 
   it("8 two nodes: each node's agent programs its own node's pods and never names the other node's", async () => {

@@ -10,7 +10,7 @@ type ContainerState = { terminated?: { exitCode?: number } };
 
 export interface Pod {
   metadata: { name: string; uid: string; annotations?: Record<string, string>; deletionTimestamp?: string };
-  spec: { nodeName?: string };
+  spec: { nodeName?: string; hostUsers?: boolean };
   status?: {
     phase?: string;
     podIP?: string;
