@@ -9,33 +9,13 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
-import { createAmbientNode, ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
+import { ambientPodObject, type PodSandbox } from '../support/ambientNode.ts';
 import { probeSetEntries } from '../support/ambientNodeState.ts';
-import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
-import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
-import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
-import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
+import { inNetns, startVerifyingAmbient, until, type VerifyingAmbient } from '../support/verifyingAmbient.ts';
 
 const NS = 'amb-verify';
-
-function inNetns(netns: string, argv: string[]): boolean {
-  try {
-    execFileSync('nsenter', [`--net=${netns}`, '--', ...argv], { stdio: 'pipe' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function until(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const iptablesBackend = {
   sets: 'ipset' as const,
@@ -120,52 +100,22 @@ const backends = [
 
 for (const backend of backends)
   describe(`[ambient ${backend.name}] continuous verification repairs drift`, { skip: kernelSkip, timeout: 240_000 }, () => {
-    let kubelet: FakeKubelet | undefined;
-    let node: AmbientNode;
-    let rig: AmbientRig;
-    let ztunnel: FakeZtunnel;
+    let v: VerifyingAmbient;
+    let node: VerifyingAmbient['node'];
+    let rig: VerifyingAmbient['rig'];
+    let ztunnel: VerifyingAmbient['ztunnel'];
     let pod: PodSandbox;
     let stale: PodSandbox | undefined;
 
-    const metric = async (kind: string, action: string): Promise<number> => {
-      const { body } = await rig.get('metrics', '/metrics');
-      const line = body
-        .split('\n')
-        .find((l) => l.startsWith('istio_cni_drift_total{') && l.includes(`kind="${kind}"`) && l.includes(`action="${action}"`));
-      return line === undefined ? 0 : Number(line.split(' ').at(-1));
-    };
-    const repairedLine = (kind: string) =>
-      rig.daemon.waitForLog(
-        (e) => e.msg === 'pod drifted from its plan' && e.pod === `${NS}/${pod.name}` && JSON.stringify(e.drift).includes(`"${kind}"`),
-        30_000,
-      );
+    const metric = (kind: string, action: string): Promise<number> => v.driftCount(kind, action);
+    const repairedLine = (kind: string) => v.driftLine(`${NS}/${pod.name}`, kind);
 
     before(async () => {
-      if (backend.name === 'nftables') kubelet = await startFakeKubelet(4242);
-      node = createAmbientNode();
-      rig = await startAmbientRig(node.netns.path, { VERIFY_INTERVAL: '1s', ...backend.env });
-      await rig.startDaemon();
-      rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
-      ztunnel = await startFakeZtunnel({
-        path: rig.ztunnelPath,
-        expectedNetns: (uid) => [pod, stale].find((p) => p?.uid === uid)?.netns.path,
-      });
-      await ztunnel.waitFor(() => ztunnel.snapshots[0] === 1, 'the first snapshot');
-      pod = await node.addPod(NS, 'app-0', 0);
-      rig.api.upsertPod(ambientPodObject(pod));
-      const res = await rig.exec('ADD', rig.api.getPod(NS, pod.name)!, attachmentOf(pod));
-      assert.equal(res.code, 0, `ADD: ${res.stdout}${res.stderr}`);
-      await until(
-        'annotation enabled',
-        () => rig.api.getPod(NS, pod.name)?.metadata.annotations?.['ambient.istio.io/redirection'] === 'enabled',
-      );
+      v = await startVerifyingAmbient(NS, backend.env, backend.name === 'nftables');
+      ({ node, rig, ztunnel, pod } = v);
     });
     after(async () => {
-      await stale?.remove();
-      ztunnel?.close();
-      await rig?.close();
-      await node?.remove();
-      await kubelet?.stop();
+      await v?.close();
     });
 
     it('removed in-pod rules are put back (rules_missing, repaired)', async () => {
@@ -202,14 +152,11 @@ for (const backend of backends)
 
     it('a pod annotated as enrolled whose ADD never reached the agent (a reboot in a chain rewrite) is found by IP and enrolled (not_enrolled, repaired)', async () => {
       stale = await node.addPod(NS, 'app-1', 1);
+      v.netnsOf.set(stale.uid, stale.netns.path);
       const object = ambientPodObject(stale);
       object.metadata.annotations = { 'ambient.istio.io/redirection': 'enabled' };
       rig.api.upsertPod(object);
-      const line = await rig.daemon.waitForLog(
-        (e) =>
-          e.msg === 'pod drifted from its plan' && e.pod === `${NS}/${stale?.name}` && JSON.stringify(e.drift).includes('"not_enrolled"'),
-        30_000,
-      );
+      const line = await v.driftLine(`${NS}/${stale.name}`, 'not_enrolled');
       assert.equal(line.action, 'repaired', JSON.stringify(line));
       assert.ok(inNetns(stale.netns.path, ['true']));
       assert.equal(

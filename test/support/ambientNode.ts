@@ -39,6 +39,13 @@ export interface AmbientNode {
   netns: NetnsRef;
   /** Creates a pod sandbox with IP 10.<a>.<b>.2 (node side .1) for index 0..16383. */
   addPod(namespace: string, name: string, index: number, options?: { uid?: string; pause?: boolean }): Promise<PodSandbox>;
+  /**
+   * The runtime re-creating a pod's sandbox under the same UID, with no CNI call: a new netns (the
+   * old pod IP, or that of pod index `index`) and a new pause process in the pod's cgroup; the old
+   * pause process is killed and its netns deleted (still alive while someone holds it open) unless
+   * `keepOld`. The new netns's veth has no node-side address (the old one may still hold it).
+   */
+  replaceSandbox(old: PodSandbox, options?: { index?: number; keepOld?: boolean }): Promise<PodSandbox>;
   /** A non-enrolled netns routed through the node (10.95.0.2): traffic from it is forwarded, not local. */
   addPeer(): NetnsRef;
   remove(): Promise<void>;
@@ -90,6 +97,13 @@ async function waitForNetns(pid: number, inode: number): Promise<void> {
   throw new Error(`process ${pid} never entered netns inode ${inode}`);
 }
 
+async function killPause(pause: ChildProcess | undefined): Promise<void> {
+  if (pause === undefined || pause.exitCode !== null || pause.signalCode !== null) return;
+  const exited = new Promise((r) => pause.once('exit', r));
+  pause.kill('SIGKILL');
+  await exited;
+}
+
 export function createAmbientNode(): AmbientNode {
   const id = randomBytes(3).toString('hex');
   const netns = { name: `ambnode-${id}`, path: `/var/run/netns/ambnode-${id}` };
@@ -102,62 +116,76 @@ export function createAmbientNode(): AmbientNode {
   execFileSync('ip', ['netns', 'exec', netns.name, 'sysctl', '-qw', 'net.ipv4.ip_forward=1'], { stdio: 'ignore' });
 
   /** `vn` names the node side of the veth (≤ 15 characters, unique on the node). */
-  const attach = (name: string, vn: string, nodeIp: string, podIp: string, prefix: number): NetnsRef => {
+  const attach = (name: string, vn: string, nodeIp: string | undefined, podIp: string, prefix: number): NetnsRef => {
     const ref = { name, path: `/var/run/netns/${name}` };
     ip('netns', 'add', name);
     created.push(name);
     ip('link', 'add', vn, 'netns', netns.name, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', name);
-    ipBatch(netns.name, [`addr add ${nodeIp}/${prefix} dev ${vn}`, `link set ${vn} up`]);
-    ipBatch(name, ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', `route add default via ${nodeIp}`]);
+    ipBatch(netns.name, [...(nodeIp === undefined ? [] : [`addr add ${nodeIp}/${prefix} dev ${vn}`]), `link set ${vn} up`]);
+    const route = nodeIp === undefined ? 'route add default dev eth0' : `route add default via ${nodeIp}`;
+    ipBatch(name, ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', route]);
     return ref;
   };
+  const podSubnet = (index: number): string => {
+    if (index < 0 || index > 16383) throw new Error(`pod index ${index} out of range 0..16383`);
+    return `10.${100 + (index >> 8)}.${index & 0xff}`;
+  };
+
+  /** A sandbox of pod `uid` in `ref`: its pause process in the netns and in a container cgroup of the pod. */
+  const sandboxIn = async (
+    pod: { uid: string; namespace: string; name: string; ip: string; gateway: string; hostVeth: string },
+    ref: NetnsRef,
+    withPause: boolean,
+  ): Promise<PodSandbox> => {
+    const containerId = randomBytes(32).toString('hex');
+    const inode = statSync(ref.path).ino;
+    const podDir = join(cgroupTop, 'kubepods', 'besteffort', `pod${pod.uid}`);
+    let pause: ChildProcess | undefined;
+    if (withPause) {
+      mkdirSync(join(podDir, containerId), { recursive: true });
+      pause = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
+      const pid = pause.pid;
+      if (pid === undefined) throw new Error('could not start the pause process');
+      writeFileSync(join(podDir, containerId, 'cgroup.procs'), String(pid));
+      await waitForNetns(pid, inode);
+    }
+    const sandbox: PodSandbox = {
+      ...pod,
+      netns: ref,
+      containerId,
+      pause: pause as ChildProcess,
+      inode,
+      async remove() {
+        sandboxes.delete(sandbox);
+        await killPause(pause);
+        removeCgroupTree(podDir);
+        deleteNetns(ref.name);
+      },
+    };
+    sandboxes.add(sandbox);
+    return sandbox;
+  };
+  let replacements = 0;
 
   return {
     netns,
     async addPod(namespace, name, index, options = {}) {
-      if (index < 0 || index > 16383) throw new Error(`pod index ${index} out of range 0..16383`);
-      const subnet = `10.${100 + (index >> 8)}.${index & 0xff}`;
-      const podIp = `${subnet}.2`;
-      const gateway = `${subnet}.1`;
+      const subnet = podSubnet(index);
       const hostVeth = `v${id}${index}`;
-      const ref = attach(`ambpod-${id}-${index}`, hostVeth, gateway, podIp, 24);
-      const uid = options.uid ?? randomUUID();
-      const containerId = randomBytes(32).toString('hex');
-      const inode = statSync(ref.path).ino;
-      const cgroupDir = join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`, containerId);
-      let pause: ChildProcess | undefined;
-      if (options.pause !== false) {
-        mkdirSync(cgroupDir, { recursive: true });
-        pause = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
-        const pid = pause.pid;
-        if (pid === undefined) throw new Error('could not start the pause process');
-        writeFileSync(join(cgroupDir, 'cgroup.procs'), String(pid));
-        await waitForNetns(pid, inode);
-      }
-      const sandbox: PodSandbox = {
-        uid,
-        namespace,
-        name,
-        netns: ref,
-        ip: podIp,
-        gateway,
-        hostVeth,
-        containerId,
-        pause: pause as ChildProcess,
-        inode,
-        async remove() {
-          sandboxes.delete(sandbox);
-          if (pause !== undefined && pause.exitCode === null && pause.signalCode === null) {
-            const exited = new Promise((r) => pause?.once('exit', r));
-            pause.kill('SIGKILL');
-            await exited;
-          }
-          removeCgroupTree(join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`));
-          deleteNetns(ref.name);
-        },
-      };
-      sandboxes.add(sandbox);
-      return sandbox;
+      const ref = attach(`ambpod-${id}-${index}`, hostVeth, `${subnet}.1`, `${subnet}.2`, 24);
+      const pod = { uid: options.uid ?? randomUUID(), namespace, name, ip: `${subnet}.2`, gateway: `${subnet}.1`, hostVeth };
+      return sandboxIn(pod, ref, options.pause !== false);
+    },
+    async replaceSandbox(old, options = {}) {
+      const n = ++replacements;
+      const podIp = options.index === undefined ? old.ip : `${podSubnet(options.index)}.2`;
+      const hostVeth = `v${id}r${n}`;
+      const ref = attach(`ambpod-${id}-r${n}`, hostVeth, undefined, podIp, 24);
+      sandboxes.delete(old);
+      await killPause(old.pause);
+      if (!options.keepOld) deleteNetns(old.netns.name);
+      else sandboxes.add(old);
+      return sandboxIn({ uid: old.uid, namespace: old.namespace, name: old.name, ip: podIp, gateway: old.gateway, hostVeth }, ref, true);
     },
     addPeer() {
       return attach(`ambpeer-${id}`, `v${id}p`, '10.95.0.1', '10.95.0.2', 24);

@@ -14,6 +14,11 @@ export type DriftKind =
   | 'annotation'
   /** An ambient pod that should be enrolled (or says it is) whose netns this agent does not hold. */
   | 'not_enrolled'
+  /**
+   * The netns held (ambient) or saved at ADD (sidecar) for a pod is no longer the one its processes run
+   * in, under the same UID: its sandbox was re-created without an ADD reaching the agent.
+   */
+  | 'netns_replaced'
   /** The node's host probe rules (ambient) differ from the plan: a flush or reload removed them. */
   | 'host_rules';
 

@@ -8,6 +8,7 @@ import {
   addressesContainAny,
   createNetnsHandle,
   createPodNetnsProcFinder,
+  createPodProcessNetnsLocator,
   type NetnsOwnershipCheck,
   parseProcCgroup,
   parseProcStarttime,
@@ -98,6 +99,28 @@ test('a foreign process transiting another pod netns is rejected and the rightfu
   assert.equal(found.get(podB)?.netns.inode, shared);
   assert.equal(openHandles(), 2);
   for (const f of found.values()) f.netns.close();
+  assert.equal(openHandles(), 0);
+});
+
+test('the process locator: each pod UID with its oldest process and netns, re-checked alone, entered only to look for the IPs', async () => {
+  const { fs, openHandles } = fakeProcFs({ pinned: { '1/ns/net': 500 } });
+  const checked: { inode: number; ips: readonly string[] }[] = [];
+  const locator = await createPodProcessNetnsLocator({
+    procFs: fs,
+    checkOwnership: async (ns, ips) => {
+      checked.push({ inode: ns.inode, ips });
+      return true;
+    },
+    hostNetnsPath: '/proc/self/ns/net',
+  });
+  const found = (await locator.scan()).get(podA);
+  assert.deepEqual(found, { pid: '1', startTime: 70298968, inode: 500 });
+  assert.deepEqual(checked, [], 'the scan enters no netns');
+  assert.equal(await locator.stillIn(found), true);
+  assert.equal(await locator.stillIn({ ...found, startTime: 1 }), false, 'a reused pid is another process');
+  assert.equal(await locator.stillIn({ ...found, inode: 501 }), false, 'moved to another netns');
+  assert.equal(await locator.carries(found, ['10.0.0.42']), true);
+  assert.deepEqual(checked, [{ inode: 500, ips: ['10.0.0.42'] }]);
   assert.equal(openHandles(), 0);
 });
 

@@ -84,6 +84,7 @@ function setup(opts: { failAdd?: Error[]; failRemove?: Error[]; exclude?: string
     async syncPodIps(p, ips) {
       calls.push({ op: 'sync', pod: p.metadata.name ?? '', ips });
     },
+    async replaceNetns() {},
     holdsNetns: (uid) => held.has(uid),
   };
   const view: ClusterView = {

@@ -7,6 +7,7 @@ import {
   createNetnsHandle,
   type Drift,
   type IptablesBackend,
+  type PodProcessNetns,
   type ProbeSetEntry,
 } from '@istio-cni/dataplane';
 import { createAmbientVerifier } from '../src/ambient/ambientVerifier.ts';
@@ -43,6 +44,12 @@ function harness(
     readFrom?: IptablesBackend;
     /** Host probe rules: what `verify` finds (an Error: it throws). */
     hostRules?: string[] | Error;
+    /** The /proc scan: each call takes the next result (the last one repeats); pod UID → its oldest process. */
+    scans?: Record<string, PodProcessNetns>[];
+    /** Whether the netns a process runs in carries the pod's IPs. */
+    carries?: boolean;
+    /** Processes that still run where they were seen (`stillIn`), by pid. */
+    alive?: Set<string>;
   } = {},
 ) {
   const calls: string[] = [];
@@ -95,6 +102,25 @@ function harness(
               return opts.hostRules ?? [];
             },
             repair: async () => void calls.push('host repair'),
+          },
+        }),
+    ...(opts.scans === undefined
+      ? {}
+      : {
+          sandboxes: {
+            locator: async () => ({
+              scan: async () => {
+                calls.push('scan');
+                const next = opts.scans?.length === 1 ? opts.scans[0] : opts.scans?.shift();
+                return new Map(Object.entries(next ?? {}));
+              },
+              stillIn: async (p) => opts.alive?.has(p.pid) ?? false,
+              carries: async (p, ips) => {
+                calls.push(`carries ${p.inode} ${ips.join(',')}`);
+                return opts.carries ?? true;
+              },
+            }),
+            replace: async (p, ips) => void calls.push(`replace ${p.metadata.name} ${ips.join(',')}`),
           },
         }),
     podRules: {
@@ -305,6 +331,52 @@ describe('ambient verifier', () => {
     });
     for (let i = 0; i < 3; i++) assert.equal((await verifyOnly(h)).status, 'ok');
     assert.equal(h.calls.filter((c) => c.startsWith('inspect')).length, 3);
+  });
+
+  describe('a sandbox re-created under the same UID (netns_replaced)', () => {
+    const inHeld: PodProcessNetns = { pid: '40', startTime: 100, inode: 1 };
+    const inNew: PodProcessNetns = { pid: '90', startTime: 900, inode: 7 };
+
+    it('a pod whose process runs in the held netns is ok, and later passes re-read that process alone', async () => {
+      const h = harness([pod('web', { annotation: 'enabled' })], { scans: [{ 'uid-web': inHeld }], alive: new Set(['40']) });
+      assert.deepEqual(await verifyOnly(h), { status: 'ok' });
+      assert.deepEqual(await verifyOnly(h), { status: 'ok' });
+      assert.equal(h.calls.filter((c) => c === 'scan').length, 1);
+    });
+
+    it('a pod running in another netns that carries its IPs is re-enrolled there; the old netns is not read', async () => {
+      const h = harness([pod('web', { annotation: 'enabled' })], { scans: [{ 'uid-web': inNew }] });
+      const outcome = await verifyOnly(h);
+      assert.equal(outcome.status, 'drift');
+      if (outcome.status !== 'drift') return;
+      assert.deepEqual(
+        outcome.drift.map((d) => d.kind),
+        ['netns_replaced'],
+      );
+      assert.match(outcome.drift[0]?.detail ?? '', /inode 1\b.*inode 7/);
+      await outcome.repair?.();
+      assert.deepEqual(h.calls, ['scan', 'scan', 'carries 7 10.0.0.5', 'replace web 10.0.0.5'], 'a fresh scan confirms it');
+    });
+
+    it('a netns that carries none of the pod IPs in the API is reported, never enrolled', async () => {
+      const h = harness([pod('web', { annotation: 'enabled' })], { scans: [{ 'uid-web': inNew }], carries: false });
+      const outcome = await verifyOnly(h);
+      assert.equal(outcome.status, 'drift');
+      if (outcome.status !== 'drift') return;
+      assert.equal(outcome.repair, undefined);
+      assert.match(outcome.drift[0]?.detail ?? '', /carries none of its IPs in the API \(10\.0\.0\.5\)/);
+    });
+
+    it('a shared scan older than an ADD is not trusted: a fresh one finds the pod in the held netns', async () => {
+      const h = harness([pod('web', { annotation: 'enabled' })], { scans: [{ 'uid-web': inNew }, { 'uid-web': inHeld }] });
+      assert.deepEqual(await verifyOnly(h), { status: 'ok' });
+    });
+
+    it('no process of the pod on the node (between two sandboxes) is not drift: the held netns is checked', async () => {
+      const h = harness([pod('web', { annotation: 'enabled' })], { scans: [{}] });
+      assert.deepEqual(await verifyOnly(h), { status: 'ok' });
+      assert.deepEqual(h.calls, ['scan', 'inspect /fake/netns', 'list']);
+    });
   });
 
   it('a failing inspection is unverifiable', async () => {

@@ -374,6 +374,7 @@ describe('ambient ADD', () => {
         },
         async removePodFromMesh() {},
         async syncPodIps() {},
+        async replaceNetns() {},
         holdsNetns: () => false,
       },
     };
@@ -523,6 +524,7 @@ describe('pod capture latency (istio_cni_pod_capture_duration_seconds)', () => {
         },
         async removePodFromMesh() {},
         async syncPodIps() {},
+        async replaceNetns() {},
         holdsNetns: () => false,
       },
     };

@@ -191,6 +191,7 @@ describe('ambient enrolment of a pod whose IPs changed', () => {
     assert.equal(s.cache.get(UID), s.netnsHandles[1], 'the one found by the new IPs is held');
     assert.deepEqual(s.ztunnelLog, [`add:${UID}`, `del:${UID}`, `add:${UID}`], 'ztunnel is given the new netns');
     assert.equal(s.probeSet.get('10.100.0.9'), UID);
+    assert.equal(s.probeSet.has(IPS[0] as string), false, "the old IP's probe-set entry follows the pod");
     assert.equal(s.annotation(), 'enabled');
   });
 });

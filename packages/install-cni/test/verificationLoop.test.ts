@@ -293,11 +293,13 @@ describe('pod verifier', () => {
   it('a netns path that now names another netns (inode changed since ADD) is never inspected or repaired', async () => {
     const { verify, calls } = verifier(sidecar(), {}, { '/var/run/netns/web': 4026532999 });
     const out = await verify({ ...attachment, netnsInode: 4026532100 });
-    assert.equal(out.status, 'unverifiable');
-    assert.match(
-      out.status === 'unverifiable' ? out.error : '',
-      /no longer the network namespace the pod was added with \(inode 4026532999, was 4026532100\)/,
+    assert.equal(out.status, 'drift');
+    assert.ok(out.status === 'drift' && out.repair === undefined, 'reported only');
+    assert.deepEqual(
+      out.drift.map((d) => d.kind),
+      ['netns_replaced'],
     );
+    assert.match(out.drift[0]?.detail ?? '', /no longer the network namespace the pod was added with \(inode 4026532999, was 4026532100\)/);
     assert.deepEqual(calls, []);
     const same = verifier(sidecar(), {}, { '/var/run/netns/web': 4026532100 });
     assert.equal((await same.verify({ ...attachment, netnsInode: 4026532100 })).status, 'drift');

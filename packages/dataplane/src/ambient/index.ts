@@ -18,6 +18,12 @@ export {
   type PodNetnsProcFinderOptions,
 } from './podNetnsProcFinder.ts';
 export type { ScanLog } from './procScan.ts';
+export {
+  createPodProcessNetnsLocator,
+  type PodProcessNetns,
+  type PodProcessNetnsLocator,
+  type PodProcessNetnsLocatorOptions,
+} from './podProcessNetns.ts';
 export { findNetnsByIp, type FindNetnsByIpOptions } from './findNetnsByIp.ts';
 export { addressesContainAny, createNetnsOwnershipCheck, listNetnsAddresses } from './netnsOwnership.ts';
 export { checkPodUid, type PodAddress, parsePodAddress } from './podAddress.ts';

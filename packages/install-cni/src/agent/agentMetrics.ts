@@ -58,7 +58,8 @@ export function createAgentMetrics(registry: Registry): AgentMetrics {
 
 /**
  * `istio_cni_drift_total{kind,action}`: what continuous verification found (`rules_missing`,
- * `rules_changed`, `unexpected_rules`, `probe_set`, `ztunnel`, `annotation`, `not_enrolled`, or `unverifiable`)
+ * `rules_changed`, `unexpected_rules`, `probe_set`, `ztunnel`, `annotation`, `not_enrolled`, `netns_replaced`,
+ * `host_rules`, or `unverifiable`)
  * and what it did (`repaired`, `failed`, `reported`).
  */
 export function createVerificationMetrics(registry: Registry): { drift: Counter<'kind' | 'action'>; verified: Counter<'result'> } {

@@ -76,10 +76,11 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
       const inode = deps.netnsInode(a.netns);
       if (inode === undefined) return { status: 'skipped', reason: 'network namespace is gone' };
       if (inode !== a.netnsInode) {
-        return {
-          status: 'unverifiable',
-          error: `${a.netns} is no longer the network namespace the pod was added with (inode ${inode}, was ${a.netnsInode}): not inspected, never repaired`,
-        };
+        // Reported, never repaired: nothing here says the netns now at the path is the pod's. A sandbox
+        // re-created without the agent re-runs the pod's init containers, so istio-validation fails
+        // in the new netns and the repair controller captures it there, found by the pod's IP.
+        const detail = `${a.netns} is no longer the network namespace the pod was added with (inode ${inode}, was ${a.netnsInode}): not inspected, never repaired`;
+        return { status: 'drift', drift: [{ kind: 'netns_replaced', detail }] };
       }
     }
     let drift: Drift[];

@@ -14,6 +14,8 @@ import {
   readFromNfTables,
   type NetnsHandle,
   type PodNetnsCache,
+  type PodProcessNetns,
+  type PodProcessNetnsLocator,
   type ProbeSetEntry,
   planAmbientPodRules,
   type ProbeSetManager,
@@ -56,6 +58,19 @@ export interface AmbientVerifierDeps {
    * `iptables -t nat -F` removes them, and every ambient pod's probes fail until they are back.
    */
   hostRules?: HostRulesAccess;
+  /**
+   * Whether the netns held for a pod is still the one it runs in (upstream's periodic re-enrolment
+   * check, PR 61183): a sandbox re-created under the same UID with no ADD reaching this agent leaves
+   * the pod uncaptured, its rules and ztunnel's proxy in the old netns.
+   */
+  sandboxes?: SandboxAccess;
+}
+
+export interface SandboxAccess {
+  /** Where the pods' processes run (`/proc`), made on first use. */
+  locator(): Promise<PodProcessNetnsLocator>;
+  /** Enrols the pod's current netns in place of the held one (`MeshDataplane.replaceNetns`). */
+  replace(pod: Pod, ips: readonly string[]): Promise<void>;
 }
 
 export interface HostRulesAccess {
@@ -145,6 +160,57 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     }
     return (await listing.byUid).get(uid) ?? [];
   };
+  /** One procfs scan per pass, like the listing; a pod's process seen in its held netns is re-read alone. */
+  let processScan: { at: number; byUid: Promise<Map<string, PodProcessNetns>> } | undefined;
+  const owners = new Map<string, PodProcessNetns>();
+  const podProcessOf = async (locator: PodProcessNetnsLocator, uid: string, fresh: boolean): Promise<PodProcessNetns | undefined> => {
+    if (fresh || processScan === undefined || now() - processScan.at > (deps.probeSetListTtlMs ?? 60_000)) {
+      const taken = { at: now(), byUid: locator.scan() };
+      processScan = taken;
+      taken.byUid.catch(() => {
+        if (processScan === taken) processScan = undefined;
+      });
+    }
+    return (await processScan.byUid).get(uid);
+  };
+
+  /** `netns_replaced` when the pod's oldest process runs in another netns than the one held for it. */
+  async function replacedNetns(
+    access: SandboxAccess,
+    pod: Pod,
+    netns: NetnsHandle,
+    ips: readonly string[],
+  ): Promise<VerifyOutcome | undefined> {
+    const uid = pod.metadata.uid ?? '';
+    const locator = await access.locator();
+    const known = owners.get(uid);
+    if (known?.inode === netns.inode && (await locator.stillIn(known))) return undefined;
+    let current = await podProcessOf(locator, uid, false);
+    // The shared scan may predate an ADD that gave the agent the pod's new netns: only a fresh one can tell.
+    if (current !== undefined && current.inode !== netns.inode) current = await podProcessOf(locator, uid, true);
+    owners.delete(uid);
+    // No process of the pod here (a sandbox between two, a runtime without the UID in its cgroups): nothing to compare.
+    if (current === undefined) return undefined;
+    if (current.inode === netns.inode) {
+      owners.set(uid, current);
+      return undefined;
+    }
+    const detail = `the network namespace held for the pod (inode ${netns.inode}) is no longer the one it runs in (inode ${current.inode})`;
+    if (!(await locator.carries(current, ips))) {
+      // As the /proc finder: a netns is never taken as the pod's unless it holds one of its IPs.
+      const noIps = `${detail}, which carries none of its IPs in the API (${ips.join(', ')}); enrolled once it does`;
+      return { status: 'drift', drift: [{ kind: 'netns_replaced', detail: noIps }] };
+    }
+    return {
+      status: 'drift',
+      drift: [{ kind: 'netns_replaced', detail }],
+      repair: async () => {
+        await access.replace(pod, ips);
+        listing = undefined;
+      },
+    };
+  }
+
   /**
    * The rendered plan and its key per version of a pod object (the cache replaces the object on
    * every update); pods with the same overrides share one plan and one key string.
@@ -222,6 +288,15 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
       return { status: 'drift', drift: [{ kind: 'not_enrolled', detail }], repair: () => deps.enrol(pod, ips) };
     }
 
+    if (deps.sandboxes !== undefined) {
+      try {
+        const replaced = await replacedNetns(deps.sandboxes, pod, netns, ips);
+        if (replaced !== undefined) return replaced;
+      } catch (err) {
+        return { status: 'unverifiable', error: errorMessage(err) };
+      }
+    }
+
     const { overrides, plan, planKey } = renderedPlan(pod);
     let drift: Drift[];
     try {
@@ -273,6 +348,8 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     targets: () => {
       // A new pass: its pods share one fresh probe-set listing.
       listing = undefined;
+      processScan = undefined;
+      for (const uid of owners.keys()) if (!deps.cache.has(uid)) owners.delete(uid);
       for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
       const pods = candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
       return deps.hostRules === undefined ? pods : [HOST_RULES_TARGET, ...pods];

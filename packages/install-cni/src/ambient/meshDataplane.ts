@@ -29,6 +29,12 @@ export interface MeshDataplane {
    * that did not reach this agent), enrols the pod's new netns instead.
    */
   syncPodIps(pod: Pod, ips: readonly string[]): Promise<void>;
+  /**
+   * Enrols the pod's current netns (found in /proc by UID and `ips`) in place of the one held for it,
+   * which is released untouched: ztunnel told the pod is gone, the handle closed, and the pod's
+   * probe-set entries for IPs it no longer has removed.
+   */
+  replaceNetns(pod: Pod, ips: readonly string[]): Promise<void>;
   /** Whether this agent holds an open network namespace for the pod (enrolled here, not only known). */
   holdsNetns(uid: string): boolean;
 }

@@ -194,12 +194,29 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
         log.warn('pod IPs moved to a network namespace this agent has not seen (sandbox re-created without it); enrolling that one', {
           ips,
         });
-        cache.take(uid)?.close();
-        await deps.ztunnel.podDeleted(uid);
-        return dataplane.addPodToMesh(pod, ips, undefined);
+        return dataplane.replaceNetns(pod, ips);
       }
       await deps.sets.addPod(uid, ips);
       await syncBranchEniProbeRules(deps.branchEni, 'add', ips, logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` }));
+    },
+
+    async replaceNetns(pod, ips) {
+      const uid = pod.metadata.uid ?? '';
+      // Nothing runs in the old netns: it may be gone, or another sandbox's leftover.
+      cache.take(uid)?.close();
+      await deps.ztunnel.podDeleted(uid);
+      await dataplane.addPodToMesh(pod, ips, undefined);
+      const current = new Set(ips.map((ip) => ip.split('/')[0] ?? ip));
+      const stale = (await deps.sets.list()).filter((e) => e.uid === uid && !current.has(e.ip)).map((e) => e.ip);
+      if (stale.length > 0) {
+        await deps.sets.removePod(uid, stale);
+        await syncBranchEniProbeRules(
+          deps.branchEni,
+          'remove',
+          stale,
+          logger.with({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` }),
+        );
+      }
     },
 
     holdsNetns(uid) {

@@ -14,6 +14,7 @@ import {
   createPodNetnsCache,
   createPodNetnsGuard,
   createPodNetnsProcFinder,
+  createPodProcessNetnsLocator,
   createProcFs,
   createScratchNetnsOpener,
   createZtunnelServer,
@@ -25,6 +26,7 @@ import {
   type AmbientRuleBackend,
   type AmbientRulesDeps,
   type PodNetnsProcFinder,
+  type PodProcessNetnsLocator,
   type ZtunnelServer,
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
@@ -178,13 +180,15 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
 
   let finder: Promise<PodNetnsProcFinder> | undefined;
   const checkOwnership = createNetnsOwnershipCheck(runner);
-  const getFinder = () =>
-    (finder ??= createPodNetnsProcFinder({
-      procFs,
-      checkOwnership,
-      log: (level, msg) => log[level](msg),
-      ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
-    }));
+  const scanOptions = {
+    procFs,
+    checkOwnership,
+    log: (level: 'debug' | 'warn', msg: string) => log[level](msg),
+    ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
+  };
+  const getFinder = () => (finder ??= createPodNetnsProcFinder(scanOptions));
+  let locator: Promise<PodProcessNetnsLocator> | undefined;
+  const getLocator = () => (locator ??= createPodProcessNetnsLocator(scanOptions));
   const dataplane = createNodeMeshDataplane({
     rules,
     backend,
@@ -271,6 +275,7 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       ztunnel,
       annotator: o.annotator,
       enrol: (pod, ips) => dataplane.addPodToMesh(pod, ips, undefined),
+      sandboxes: { locator: getLocator, replace: (pod, ips) => dataplane.replaceNetns(pod, ips) },
       nftGenerations: createNftGenerationReader(),
       legacyFingerprints: createLegacyTablesFingerprinter(),
       hostRules: {
