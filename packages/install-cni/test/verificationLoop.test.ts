@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Pod } from '@istio-cni/capture';
 import { type Drift, PodNetnsRefusedError } from '@istio-cni/dataplane';
-import { createPodVerifier, type CaptureInspector, type VerifiableAttachment } from '../src/agent/podVerifier.ts';
+import { createPodVerifier, type CaptureInspector, type SandboxRelocator, type VerifiableAttachment } from '../src/agent/podVerifier.ts';
 import {
   createVerificationLoop,
   type DriftAction,
@@ -254,7 +254,12 @@ describe('pod verifier', () => {
     mode: 'sidecar',
   };
 
-  function verifier(pod: Pod | undefined, capture: Partial<CaptureInspector> = {}, inodes: Record<string, number> = {}) {
+  function verifier(
+    pod: Pod | undefined,
+    capture: Partial<CaptureInspector> = {},
+    inodes: Record<string, number> = {},
+    relocate?: SandboxRelocator,
+  ) {
     const calls: string[] = [];
     const inspector: CaptureInspector = {
       inspect: async (p, netns, ips) => {
@@ -277,6 +282,7 @@ describe('pod verifier', () => {
       policy: { agentNamespace: 'istio-system', excludeNamespaces: [] },
       ambient: { enabled: false, selectors: [] },
       netnsInode: (netns) => inodes[netns],
+      ...(relocate === undefined ? {} : { relocate }),
     });
     return { verify, calls };
   }
@@ -305,6 +311,57 @@ describe('pod verifier', () => {
     assert.equal((await same.verify({ ...attachment, netnsInode: 4026532100 })).status, 'drift');
     const gone = verifier(sidecar(), {}, {});
     assert.deepEqual(await gone.verify({ ...attachment, netnsInode: 4026532100 }), {
+      status: 'skipped',
+      reason: 'network namespace is gone',
+    });
+  });
+
+  it('a sandbox re-created with no ADD is found where the pod runs and captured there; the attachment follows it', async () => {
+    const asked: string[] = [];
+    const moves: string[] = [];
+    const relocate: SandboxRelocator = {
+      locate: async (uid, ips) => {
+        asked.push(`${uid} ${ips.join(',')}`);
+        return { netns: '/host/proc/4242/ns/net', inode: 4026533000 };
+      },
+      moved: (a, to) => moves.push(`${a.netns} -> ${to.netns} ${to.inode}`),
+    };
+    for (const inodes of [{}, { '/var/run/netns/web': 4026532999 }]) {
+      asked.length = 0;
+      moves.length = 0;
+      const { verify, calls } = verifier(sidecar(), {}, inodes, relocate);
+      const out = await verify({ ...attachment, netnsInode: 4026532100 });
+      assert.ok(out.status === 'drift' && out.repair !== undefined);
+      assert.deepEqual(
+        out.drift.map((d) => d.kind),
+        ['netns_replaced'],
+      );
+      assert.match(out.drift[0]?.detail ?? '', /runs in inode 4026533000 \(\/host\/proc\/4242\/ns\/net\)/);
+      assert.deepEqual(asked, ['uid-web 10.0.0.5']);
+      assert.deepEqual(calls, [], 'the netns at the saved path is never entered');
+      await out.repair();
+      assert.deepEqual(calls, ['repair web /host/proc/4242/ns/net']);
+      assert.deepEqual(moves, ['/var/run/netns/web -> /host/proc/4242/ns/net 4026533000']);
+    }
+  });
+
+  it('a sandbox not found elsewhere keeps the old answers; a failed search is unverifiable; other modes never search', async () => {
+    const nowhere: SandboxRelocator = { locate: async () => undefined, moved: () => assert.fail('nothing moved') };
+    const gone = verifier(sidecar(), {}, {}, nowhere);
+    assert.deepEqual(await gone.verify({ ...attachment, netnsInode: 1 }), { status: 'skipped', reason: 'network namespace is gone' });
+    const failing: SandboxRelocator = {
+      locate: async () => {
+        throw new Error('EACCES: /host/proc');
+      },
+      moved: () => assert.fail('nothing moved'),
+    };
+    assert.deepEqual(await verifier(sidecar(), {}, {}, failing).verify({ ...attachment, netnsInode: 1 }), {
+      status: 'unverifiable',
+      error: "locating the pod's sandbox: EACCES: /host/proc",
+    });
+    const plain = { ...sidecar(), metadata: { name: 'web', namespace: 'default', uid: 'uid-web' } };
+    const none = verifier(plain, {}, {}, failing);
+    assert.deepEqual(await none.verify({ ...attachment, mode: 'none', netnsInode: 1 }), {
       status: 'skipped',
       reason: 'network namespace is gone',
     });

@@ -80,6 +80,8 @@ export interface NodeAgentHandler {
   handle(request: HandoffRequest): Promise<Outcome>;
   /** Attachments currently tracked (what verification checks). */
   attachments(): ReadonlyMap<string, Readonly<TrackedAttachment>>;
+  /** The pod's attachments that named `from` name the pod's new sandbox netns `to` from now on. */
+  moveAttachment(uid: string, from: string, to: { netns: string; inode: number }): void;
 }
 
 /**
@@ -236,6 +238,15 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
 
   return {
     attachments: () => attachments,
+    moveAttachment(uid, from, to) {
+      let moved = 0;
+      for (const [key, a] of attachments) {
+        if (a.uid !== uid || a.netns !== from) continue;
+        attachments.set(key, { ...a, netns: to.netns, netnsInode: to.inode });
+        moved++;
+      }
+      if (moved > 0) changed();
+    },
     async handle(request) {
       const log = deps.logger.with({ pod: `${request.pod.namespace}/${request.pod.name}`, containerID: request.containerId });
       const started = now();

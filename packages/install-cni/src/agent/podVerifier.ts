@@ -33,6 +33,17 @@ export interface CaptureInspector {
   addresses(netns: string): Promise<string[]>;
 }
 
+/** Where a sidecar pod runs now when the netns it was added with is gone or replaced. */
+export interface SandboxRelocator {
+  /**
+   * The netns of the pod's oldest process (procfs, by the UID in its cgroup), as a path, when it
+   * carries one of `ips` and no other attachment of the pod already names it; else undefined.
+   */
+  locate(uid: string, ips: readonly string[]): Promise<{ netns: string; inode: number } | undefined>;
+  /** The attachment names `to` from now on (saved across restarts). */
+  moved(a: VerifiableAttachment, to: { netns: string; inode: number }): void;
+}
+
 export interface PodVerifierDeps {
   view: Pick<ClusterView, 'getPod' | 'getNamespace'>;
   capture: CaptureInspector;
@@ -40,6 +51,8 @@ export interface PodVerifierDeps {
   netnsInode(netns: string): number | undefined;
   policy: LocalPolicy;
   ambient: AmbientEnrolment;
+  /** Finds a replaced sandbox of a sidecar pod (upstream issue 61182's case); none: reported only. */
+  relocate?: SandboxRelocator;
 }
 
 /** The netns file is gone: the sandbox is being torn down, which DEL handles. */
@@ -54,6 +67,25 @@ function netnsGone(err: unknown): boolean {
  * handle it), or its netns removed.
  */
 export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachment) => Promise<VerifyOutcome> {
+  /** `netns_replaced`: the rules go into the netns the pod runs in now, which the attachment names from then on. */
+  const relocated = (
+    a: VerifiableAttachment,
+    pod: Pod,
+    to: { netns: string; inode: number },
+    ips: readonly string[],
+    was: number | undefined,
+  ): VerifyOutcome => {
+    const before = was === undefined ? `${a.netns} is gone` : `${a.netns} now names inode ${was}`;
+    const detail = `the pod's sandbox was replaced with no ADD: it runs in inode ${to.inode} (${to.netns}); ${before}, was inode ${a.netnsInode}`;
+    return {
+      status: 'drift',
+      drift: [{ kind: 'netns_replaced', detail }],
+      repair: async () => {
+        await deps.capture.repair(pod, to.netns, ips);
+        deps.relocate?.moved(a, to);
+      },
+    };
+  };
   return async (a) => {
     const pod = deps.view.getPod(a.namespace, a.name);
     if (pod === undefined) return { status: 'skipped', reason: 'pod no longer in the cache' };
@@ -74,11 +106,18 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
     const ips = fromStatus.length > 0 ? fromStatus : (a.ips ?? []);
     if (a.netnsInode !== undefined) {
       const inode = deps.netnsInode(a.netns);
-      if (inode === undefined) return { status: 'skipped', reason: 'network namespace is gone' };
-      if (inode !== a.netnsInode) {
-        // Reported, never repaired: nothing here says the netns now at the path is the pod's. A sandbox
-        // re-created without the agent re-runs the pod's init containers, so istio-validation fails
-        // in the new netns and the repair controller captures it there, found by the pod's IP.
+      if (inode === undefined || inode !== a.netnsInode) {
+        // The netns at the saved path is never inspected or repaired: nothing says it is the pod's.
+        // The pod's sandbox re-created with no ADD reaching the agent is found where the pod's
+        // processes run, and captured there once it holds one of the pod's addresses.
+        let moved: { netns: string; inode: number } | undefined;
+        try {
+          moved = a.mode === 'sidecar' ? await deps.relocate?.locate(a.uid, ips) : undefined;
+        } catch (err) {
+          return { status: 'unverifiable', error: `locating the pod's sandbox: ${errorMessage(err)}` };
+        }
+        if (moved !== undefined) return relocated(a, pod, moved, ips, inode);
+        if (inode === undefined) return { status: 'skipped', reason: 'network namespace is gone' };
         const detail = `${a.netns} is no longer the network namespace the pod was added with (inode ${inode}, was ${a.netnsInode}): not inspected, never repaired`;
         return { status: 'drift', drift: [{ kind: 'netns_replaced', detail }] };
       }

@@ -26,6 +26,7 @@ import type { HandoffHandler } from './handoffServer.ts';
 import { createNodeAgentHandler } from './nodeAgentHandler.ts';
 import type { DaemonState, DoctorPod } from '../doctor/doctorReport.ts';
 import { createPodVerifier } from './podVerifier.ts';
+import { createSandboxRelocator } from './sandboxRelocator.ts';
 import { createVerificationLoop, type VerificationLoop, type VerificationTarget, type VerifyOutcome } from './verificationLoop.ts';
 
 export interface NodeAgentOptions {
@@ -90,8 +91,9 @@ function netnsInode(netns: string): number | undefined {
 export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
   const kube = createKubeClient(loadKubeConfig(options.kube));
   const cluster = watchCluster(kube, { nodeName: options.nodeName, logger: options.logger, namespaces: options.ambientEnabled });
+  const runner = createExecCommandRunner({ netnsOwner: openNetnsOwnerUserns });
   const capture = createSidecarCaptureManager({
-    runner: createExecCommandRunner({ netnsOwner: openNetnsOwnerUserns }),
+    runner,
     openScratchNetns: createScratchNetnsOpener(),
     netnsGuard: createPodNetnsGuard({ hostProcDir: options.hostProcDir }),
     nativeNftables: options.nativeNftables,
@@ -147,7 +149,13 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     options.attachmentsFile === undefined
       ? undefined
       : createAttachmentSaver(options.attachmentsFile, () => handler.attachments(), options.logger);
-  const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy, netnsInode });
+  const relocate = createSandboxRelocator({
+    hostProcDir: options.hostProcDir,
+    runner,
+    attachments: () => handler.attachments(),
+    move: (uid, from, to) => handler.moveAttachment(uid, from, to),
+  });
+  const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy, netnsInode, relocate });
   const verification = createVerificationLoop({
     intervalMs: options.verifyIntervalMs ?? 60_000,
     reportOnly: options.verifyReportOnly === true,

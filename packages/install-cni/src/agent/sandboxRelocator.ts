@@ -1,0 +1,68 @@
+import {
+  createNetnsOwnershipCheck,
+  createPodProcessNetnsLocator,
+  createProcFs,
+  type CommandRunner,
+  type PodProcessNetns,
+  type PodProcessNetnsLocator,
+} from '@istio-cni/dataplane';
+import type { SandboxRelocator, VerifiableAttachment } from './podVerifier.ts';
+
+export interface SandboxRelocatorOptions {
+  /** HOST_PROC_DIR: where the pods' processes are found, and the path the relocated netns gets. */
+  hostProcDir: string;
+  runner: CommandRunner;
+  attachments: () => ReadonlyMap<string, Readonly<VerifiableAttachment>>;
+  move(uid: string, from: string, to: { netns: string; inode: number }): void;
+  /** How long one procfs scan serves every attachment that asks (one verification pass). */
+  scanTtlMs?: number;
+  now?: () => number;
+}
+
+/**
+ * Finds a sidecar pod's sandbox re-created with no ADD reaching the agent (upstream issue 61182: a
+ * pod runs uncaptured for days): its oldest process, by the pod UID in its cgroup, runs in a netns
+ * other than the one its attachment names. That netns is taken as the pod's only once it carries
+ * one of the pod's addresses, and is named by the process (`<proc>/<pid>/ns/net`, whose inode the
+ * verifier checks at every pass, so a reused pid is never taken for the pod).
+ */
+export function createSandboxRelocator(options: SandboxRelocatorOptions): SandboxRelocator {
+  const now = options.now ?? Date.now;
+  const ttl = options.scanTtlMs ?? 5_000;
+  let locator: Promise<PodProcessNetnsLocator> | undefined;
+  let scan: { at: number; byUid: Promise<Map<string, PodProcessNetns>> } | undefined;
+  const getLocator = () =>
+    (locator ??= createPodProcessNetnsLocator({
+      procFs: createProcFs(options.hostProcDir),
+      checkOwnership: createNetnsOwnershipCheck(options.runner),
+    }));
+  const scanned = (l: PodProcessNetnsLocator) => {
+    if (scan === undefined || now() - scan.at > ttl) {
+      const taken = { at: now(), byUid: l.scan() };
+      scan = taken;
+      taken.byUid.catch(() => {
+        if (scan === taken) scan = undefined;
+      });
+    }
+    return scan.byUid;
+  };
+  return {
+    async locate(uid, ips) {
+      const l = await getLocator();
+      const process = (await scanned(l)).get(uid);
+      if (process === undefined) return undefined;
+      for (const a of options.attachments().values()) if (a.uid === uid && a.netnsInode === process.inode) return undefined;
+      if (
+        !(await l.carries(
+          process,
+          ips.map((ip) => ip.split('/')[0] ?? ''),
+        ))
+      )
+        return undefined;
+      return { netns: `${options.hostProcDir}/${process.pid}/ns/net`, inode: process.inode };
+    },
+    moved(a, to) {
+      options.move(a.uid, a.netns, to);
+    },
+  };
+}
