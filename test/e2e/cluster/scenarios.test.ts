@@ -470,18 +470,43 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
     assert.equal(await answer('sidecar-broken', 'outbound'), 'proxy-15001');
   });
 
-  it('3 ambient (helm upgrade to profile=ambient): a pod in an ambient namespace is handed to its node ztunnel with its netns and redirected in-pod; un-enrolled and deleted, ztunnel gets a Del', {
+  it('3 ambient (helm upgrade to profile=ambient): tainted nodes take no pod until their ztunnel connects; a pod in an ambient namespace is handed to its node ztunnel with its netns and redirected in-pod; un-enrolled and deleted, ztunnel gets a Del', {
     timeout: 420_000,
   }, async () => {
     const node1 = nodeNamed(0);
     const oldPods = new Set((await agentPods()).map((p) => p.metadata.name));
     // The default variant: the agent runs in a pod netns and switches to the node's through
     // /host/proc/1/ns/net (ALLOW_SWITCH_TO_HOST_NS), PID 1 of the node's PID namespace being its holder.
+    // Both nodes come up as new nodes do with the readiness taint on (scenario 7): registered tainted.
+    const hasReadinessTaint = async (nodeName: string) => (await nodeTaints(nodeName)).some((tt) => tt.key === READINESS_TAINT);
+    for (const node of cluster.nodes) {
+      const taints = await nodeTaints(node.layout.name);
+      await api().must(
+        'PATCH',
+        `/api/v1/nodes/${node.layout.name}`,
+        { spec: { taints: [...taints, { key: READINESS_TAINT, effect: 'NoSchedule' }] } },
+        { contentType: 'application/merge-patch+json' },
+      );
+    }
     await helm(['upgrade', RELEASE_NAME, CHART_DIR, '--namespace', RELEASE_NAMESPACE, '--reuse-values', '--set', 'profile=ambient']);
     await waitDaemonSetReady(cluster.controlPlane, cluster.nodes.length, 180_000);
     await waitAgentsReplaced(oldPods);
 
-    // The fake ztunnel of each node runs on the host and connects to the agent's socket in the node's dir.
+    // Every agent is ready, no ztunnel runs yet: the taint stays, and the scheduler places no ambient pod.
+    await createNamespace(AMBIENT_NS, { [DATAPLANE_MODE]: 'ambient' });
+    await createPod('ambient-scheduled', '', [container('app', 'sleep 86400')], { namespace: AMBIENT_NS });
+    await waitPod(
+      'ambient-scheduled',
+      (p) => p.status?.conditions?.some((c) => c.type === 'PodScheduled' && c.status === 'False') === true,
+      'found unschedulable by the scheduler',
+      60_000,
+      AMBIENT_NS,
+    );
+    for (const node of cluster.nodes)
+      assert.ok(await hasReadinessTaint(node.layout.name), `${node.layout.name}: tainted while no ztunnel runs`);
+
+    // The fake ztunnel of each node runs on the host and connects to the agent's socket in the node's
+    // dir; node 1's first: its taint goes, node 2's stays, and the waiting pod lands on node 1.
     for (const node of cluster.nodes) {
       const path = join(nodePrivateDir(node.layout, '/run/ztunnel'), 'ztunnel.sock');
       const zt = await waitFor(
@@ -492,12 +517,22 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
       );
       ztunnels.set(node.layout.name, zt);
       await zt.waitFor(() => zt.snapshots[0] === 1, `${node.layout.name}: the snapshot of the first connection`, 30_000);
+      await waitFor(
+        `${node.layout.name}: the readiness taint lifted once its ztunnel connected`,
+        async () => ((await hasReadinessTaint(node.layout.name)) ? undefined : true),
+        60_000,
+        () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
+      );
+      if (node === node1) {
+        assert.ok(await hasReadinessTaint(nodeNamed(1).layout.name), 'node 2 keeps its taint: its ztunnel has not connected');
+        const placed = await waitPod('ambient-scheduled', isReady, 'scheduled and Ready', 120_000, AMBIENT_NS);
+        assert.equal(placed.spec.nodeName, node1.layout.name, 'the only node whose ztunnel runs');
+        await api().must('DELETE', `/api/v1/namespaces/${AMBIENT_NS}/pods/ambient-scheduled`);
+      }
     }
     const zt1 = ztunnels.get(node1.layout.name);
     const zt2 = ztunnels.get(nodeNamed(1).layout.name);
     assert.ok(zt1 !== undefined && zt2 !== undefined);
-
-    await createNamespace(AMBIENT_NS, { [DATAPLANE_MODE]: 'ambient' });
     const name = 'ambient-app';
     await createPod(name, node1.layout.name, [container('app', 'sleep 86400')], { namespace: AMBIENT_NS });
     const pod = await waitPod(name, isReady, 'Ready', 120_000, AMBIENT_NS);
