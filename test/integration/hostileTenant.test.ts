@@ -13,14 +13,12 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { metric, morePasses } from '../support/daemonMetrics.ts';
 import { kernelSkip } from '../support/hostTools.ts';
-import { sidecarPod } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
-import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
+import { addSidecarPod } from '../support/addSidecarPod.ts';
 import { runDoctor } from '../support/runDoctor.ts';
-import type { AgentRig } from '../support/startAgentRig.ts';
 import { verifyingRig } from '../support/verifyingRig.ts';
 
 /** Every regular file under `dir` (the agent's host root: what it installs and keeps). */
@@ -28,20 +26,6 @@ function filesUnder(dir: string): string[] {
   return readdirSync(dir, { recursive: true, withFileTypes: true })
     .filter((e) => e.isFile())
     .map((e) => join(e.parentPath, e.name));
-}
-
-async function addPod(t: TestContext, rig: AgentRig, name: string) {
-  const pod = sidecarPod('default', name);
-  rig.api.upsertPod(pod);
-  const net = createPodNetworkFixture(t);
-  const res = await rig.exec('ADD', pod, {
-    netns: net.pod.path,
-    containerId: `c-${name}`,
-    address: `${net.pod.ipv4}/24`,
-    gateway: net.node.ipv4,
-  });
-  assert.equal(res.code, 0, `ADD: ${res.stdout}${res.stderr}`);
-  return net;
 }
 
 /** What the tenant runs in its pod: nft's JSON input takes table names nft's own syntax could not express. */
@@ -67,8 +51,8 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
 
   it('tables imitating ours, with chains or without, are reported and removed by name through nft JSON input, the canary never read; the pod is repaired, its neighbour untouched', async (t) => {
     const rig = agent();
-    const tenant = await addPod(t, rig, 'tenant');
-    const neighbour = await addPod(t, rig, 'neighbour');
+    const tenant = await addSidecarPod(t, rig, 'tenant');
+    const neighbour = await addSidecarPod(t, rig, 'neighbour');
     const programmed = await netnsRuleset(tenant.pod.path);
     const neighbourRules = await netnsRuleset(neighbour.pod.path);
 
@@ -133,7 +117,7 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [native nfta
     const canary = join(dir, 'canary');
     const secret = `canary-${randomBytes(12).toString('hex')}`;
     writeFileSync(canary, `${secret}\n`, { mode: 0o600 });
-    const tenant = await addPod(t, rig, 'tenant-doctor');
+    const tenant = await addSidecarPod(t, rig, 'tenant-doctor');
     tenantNft(dir, tenant.pod.path, [{ add: { table: { family: 'inet', name: `istio-proxy-x;include"${canary}"` } } }]);
     const line = await rig.daemon.waitForLog((e) => e.msg === 'pod drifted from its plan' && e.pod === 'default/tenant-doctor', 20_000);
     assert.equal(line.action, 'reported', JSON.stringify(line));
@@ -155,7 +139,7 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [iptables-nf
 
   it('a comment that forges a rule line and a chain named with a quote: the jump is repaired, nothing of theirs is echoed or lost', async (t) => {
     const rig = agent();
-    const tenant = await addPod(t, rig, 'tenant-xt');
+    const tenant = await addSidecarPod(t, rig, 'tenant-xt');
     const inPod = (...argv: string[]) => execFileSync('nsenter', [`--net=${tenant.pod.path}`, '--', ...argv], { stdio: 'pipe' });
     // A comment whose newline makes iptables-save print a line that looks like our jump.
     inPod('iptables-nft', '-t', 'nat', '-I', 'OUTPUT', '1', '-m', 'comment', '--comment', 'x\n-A OUTPUT -j ISTIO_OUTPUT', '-j', 'RETURN');
@@ -173,8 +157,8 @@ describe('a tenant with NET_ADMIN in its pod cannot steer the agent [iptables-nf
   });
   it('a flood larger than the agent reads (18 MB of rules, printed before ours): reported, never acted on half-read, and verified again once gone', async (t) => {
     const rig = agent();
-    const tenant = await addPod(t, rig, 'tenant-flood');
-    const neighbour = await addPod(t, rig, 'neighbour-flood');
+    const tenant = await addSidecarPod(t, rig, 'tenant-flood');
+    const neighbour = await addSidecarPod(t, rig, 'neighbour-flood');
     const save = (netns: string, table: string) =>
       execFileSync('nsenter', [`--net=${netns}`, '--', 'iptables-nft-save', '-t', table], {
         encoding: 'utf8',

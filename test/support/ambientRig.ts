@@ -45,8 +45,11 @@ export interface AmbientRig {
   daemon: NodeDaemon;
   /** GET on the daemon's readiness or metrics port (through the bridge). */
   get(port: 'readiness' | 'metrics', path: string): Promise<{ status: number; body: string }>;
-  /** Starts the daemon (again) in the node netns and waits for /readyz 200 (unless `waitReady` false). */
-  startDaemon(waitReady?: boolean): Promise<NodeDaemon>;
+  /**
+   * Starts the daemon (again) in the node netns and waits for /readyz 200 (unless `waitReady` false);
+   * `changed` goes over its settings from then on.
+   */
+  startDaemon(waitReady?: boolean, changed?: Record<string, string>): Promise<NodeDaemon>;
   pluginConf(attachment: PodAttachment, extra?: Record<string, unknown>): Record<string, unknown>;
   /** Execs the built plugin like libcni for `pod` (debug plugin log level). */
   exec(command: string, pod: KubeObject, attachment: PodAttachment): Promise<ExecResult>;
@@ -159,7 +162,7 @@ export async function startAmbientRig(
     const ztunnelDir = join(root.dir, 'var/run/ztunnel');
     mkdirSync(ztunnelDir, { recursive: true });
     const ztunnelPath = join(ztunnelDir, 'ztunnel.sock');
-    const env = baseDaemonEnv(root, {
+    let env = baseDaemonEnv(root, {
       KUBECONFIG: kubeconfig,
       KUBERNETES_SERVICE_PORT: String(apiPort),
       KUBERNETES_SERVICE_PROTOCOL: 'http',
@@ -181,7 +184,8 @@ export async function startAmbientRig(
       ztunnelPath,
       daemon: undefined as unknown as NodeDaemon,
       get,
-      async startDaemon(waitReady = true) {
+      async startDaemon(waitReady = true, changed = {}) {
+        env = { ...env, ...changed };
         const daemon = spawnNodeDaemon(nodeNetns, env);
         rig.daemon = daemon;
         await daemon.waitForLog((e) => e.msg === 'hand-off server listening', 30_000);

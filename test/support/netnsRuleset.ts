@@ -39,3 +39,14 @@ export const CAPTURE_CHAIN = /ISTIO_OUTPUT|chain istio-output /;
 
 /** Any istio-owned chain or table in a dump: a pod that was skipped shows none. */
 export const ANY_ISTIO_STATE = /ISTIO_|istio-/;
+
+/**
+ * The backends that hold capture state in a `netnsRuleset` dump: `iptables` (a jump from a built-in
+ * chain into an ISTIO_* chain, in either flavor's save), `nft` (a native table `istio-*`).
+ */
+export function captureBackends(dump: string): ('iptables' | 'nft')[] {
+  const held: ('iptables' | 'nft')[] = [];
+  if (/^-A [A-Z]+ .*-j ISTIO_/m.test(dump)) held.push('iptables');
+  if (/^table inet istio-/m.test(dump)) held.push('nft');
+  return held;
+}

@@ -35,8 +35,8 @@ export interface AgentRig {
    * `plugin_log_level: debug` so stderr carries the verdict (`pod handled by agent`).
    */
   exec(command: string, pod: KubeObject, attachment: PodAttachment, extra?: Record<string, unknown>): Promise<ExecResult>;
-  /** Starts the daemon again on the same host root (after `daemon.stop`). */
-  restartDaemon(): Promise<DaemonProcess>;
+  /** Starts the daemon again on the same host root (after `daemon.stop`), with `env` over its settings from then on. */
+  restartDaemon(env?: Record<string, string>): Promise<DaemonProcess>;
   close(): Promise<void>;
 }
 
@@ -94,7 +94,7 @@ export async function startAgentRig(daemonEnv: Record<string, string> = {}, opti
     const apiUrl = new URL(proxy?.url ?? api.url);
     const kubeconfig = join(root.dir, 'agent-kubeconfig');
     api.writeKubeconfig(kubeconfig, apiUrl.href.replace(/\/$/, ''));
-    const env = {
+    let env: Record<string, string> = {
       KUBECONFIG: kubeconfig,
       KUBERNETES_SERVICE_HOST: apiUrl.hostname,
       KUBERNETES_SERVICE_PORT: apiUrl.port,
@@ -115,7 +115,8 @@ export async function startAgentRig(daemonEnv: Record<string, string> = {}, opti
           { timeoutMs: 60_000 },
         );
       },
-      async restartDaemon() {
+      async restartDaemon(changed = {}) {
+        env = { ...env, ...changed };
         rig.daemon = await startDaemon(root, env);
         return rig.daemon;
       },

@@ -28,6 +28,12 @@ export async function choosePodIptablesBackend(runner: CommandRunner, node: Ipta
   return { backend: first, duplicates: rest };
 }
 
+/** Whether the node's backend, or one it could adopt, holds ISTIO_* state in `netns` (IPv4, as below). */
+export async function holdsIstioIptablesState(runner: CommandRunner, node: IptablesBackend, netns: string): Promise<boolean> {
+  for (const backend of [node, ...(node.adoptable ?? [])]) if (await holdsIstioState(runner, backend, netns)) return true;
+  return false;
+}
+
 /** IPv4 only: both capture modes always write IPv4 rules (IPv6 ones only next to them). */
 async function holdsIstioState(runner: CommandRunner, backend: IptablesBackend, netns: string): Promise<boolean> {
   const stdout = await save(runner, backend, 'ipv4', netns);

@@ -126,7 +126,8 @@ export {
   removeNftTables,
   removeOwnNftTable,
 } from './nftTableList.ts';
-export { decideNativeNftables, type NftablesDecision, tooOldNftVersion } from './nftCapabilities.ts';
+export { type SidecarRuleKind, sidecarRulesHeldIn } from './sidecarRulesHeldIn.ts';
+export { decideNativeNftables, holdsNftHostTable, NFT_HOST_TABLE, type NftablesDecision, tooOldNftVersion } from './nftCapabilities.ts';
 export { defaultPeerUids, type PeerCredentials, peerCredentials, refusedPeer } from './seqpacket/peerCredentials.ts';
 export {
   decodeWorkloadRequest,

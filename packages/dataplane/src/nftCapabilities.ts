@@ -55,6 +55,25 @@ export async function decideNativeNftables(runner: CommandRunner, options: Nftab
   return { nftables: true };
 }
 
+/** The host table native nftables writes its probe rules and sets into (`buildAmbientHostNftRules`). */
+export const NFT_HOST_TABLE = { family: 'inet', name: 'istio-ambient-nat' } as const;
+
+/**
+ * Whether the host netns holds this project's native nftables host table (`inet istio-ambient-nat`,
+ * the probe sets inside it): the node ran with NATIVE_NFTABLES=true and its ambient pods' rules are
+ * in nft. The mirror of the iptables probe-ipset check above, for a node restarted with it false.
+ * `nft list tables inet` is read as data: only a line naming exactly that table counts.
+ */
+export async function holdsNftHostTable(runner: CommandRunner, options: { nft?: string; hostNetns?: string } = {}): Promise<boolean> {
+  const runOptions: RunOptions = options.hostNetns === undefined ? {} : { netns: options.hostNetns };
+  const listed = await runner.run([options.nft ?? 'nft', 'list', 'tables', NFT_HOST_TABLE.family], runOptions).then(
+    ({ stdout }) => stdout,
+    () => '', // no nft, or no nf_tables: nothing of ours can be there
+  );
+  const wanted = `table ${NFT_HOST_TABLE.family} ${NFT_HOST_TABLE.name}`;
+  return listed.split('\n').some((line) => line.trim() === wanted);
+}
+
 /** `v0.9.8` or `v1.0.0` from `nft --version` when older than 1.0.1, else undefined (a version it cannot read is not refused). */
 export function tooOldNftVersion(versionOutput: string): string | undefined {
   const m = /^nftables v(\d+)\.(\d+)\.(\d+)/.exec(versionOutput.trim());

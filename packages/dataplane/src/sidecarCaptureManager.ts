@@ -11,6 +11,7 @@ import { iptablesFamiliesRead, inspectCapture } from './inspectCapture.ts';
 import { planSidecarCapture } from './planSidecarCapture.ts';
 import type { PodNetnsGuard } from './podNetnsGuard.ts';
 import type { OpenScratchNetns } from './scratchNetns.ts';
+import { type SidecarRuleKind, sidecarRulesHeldIn } from './sidecarRulesHeldIn.ts';
 
 export interface SidecarCaptureManagerOptions {
   runner: CommandRunner;
@@ -132,18 +133,26 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
       return undefined; // no shortcut: the netns is read
     }
   };
-  const plan = (pod: Pod, netns: string) =>
+  const nodeKind: SidecarRuleKind = options.nativeNftables ? 'nft' : 'iptables';
+  /** Netns (path + inode) → the kind its capture was found in, when not the node's (captured before a switch). */
+  const capturedIn = new BoundedMap<string, SidecarRuleKind>(4096);
+  const plan = (pod: Pod, netns: string, kind: SidecarRuleKind = nodeKind) =>
     planSidecarCapture(pod, {
       netns,
-      nativeNftables: options.nativeNftables,
+      nativeNftables: kind === 'nft',
       ...(options.env ? { env: options.env } : {}),
     });
+  const heldIn = (path: string) => sidecarRulesHeldIn(options.runner, { netns: path, node: nodeKind, iptables: iptablesBackend });
+  const remember = (key: string, kind: SidecarRuleKind) => {
+    if (kind === nodeKind) capturedIn.delete(key);
+    else capturedIn.set(key, kind);
+  };
 
   /** Opens and checks `netns` once; everything runs through that fd. */
-  async function inNetns<T>(netns: string, fn: (path: string) => Promise<T>): Promise<T> {
+  async function inNetns<T>(netns: string, fn: (path: string, key: string) => Promise<T>): Promise<T> {
     const handle = options.netnsGuard.openCniNetns(netns);
     try {
-      return await handle.use(fn);
+      return await handle.use((path) => fn(path, `${netns}\0${handle.inode}`));
     } finally {
       handle.close();
     }
@@ -156,9 +165,12 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     reconcile: boolean,
     freshNetns: boolean,
   ): Promise<string> {
-    return inNetns(netns, async (path) => {
-      const planned = plan(pod, path);
-      const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
+    return inNetns(netns, async (path, key) => {
+      // A new netns gets the node's kind; a running pod is re-programmed in the kind it holds.
+      const kind = freshNetns ? nodeKind : await heldIn(path);
+      if (!freshNetns) remember(key, kind);
+      const planned = plan(pod, path, kind);
+      const extra = kind === 'nft' ? {} : { iptablesBackend: await iptablesBackend() };
       const { outcome } = await applySidecarCapture(deps, {
         ...planned,
         ...extra,
@@ -187,34 +199,50 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
       const handle = options.netnsGuard.openCniNetns(netns);
       try {
         return await handle.use(async (path) => {
-          const backend = options.nativeNftables
-            ? ({ kind: 'nft' } as const)
-            : { kind: 'iptables' as const, iptables: await iptablesBackend() };
-          let rulePlan: SidecarRulePlan | undefined;
-          let planKey = '';
-          if (pod !== undefined) {
-            // The plan of an unchanged pod object (the cache replaces it on every update) is rendered once.
-            const ipsKey = (podIps ?? []).join(',');
-            const memo = renderedPlans.get(pod);
-            if (memo !== undefined && memo.ipsKey === ipsKey) ({ rulePlan, planKey } = memo);
-            else {
-              const planned = plan(pod, path);
-              const dualStack = planned.dualStack === true;
-              const ipv6 = ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
-              rulePlan = planned.plan({ ipv6 });
-              planKey = JSON.stringify(rulePlan);
-              // Only when the IP family came from the addresses: a probed netns may change (DHCPv6, late address).
-              if (ipv6EnabledFromResultIps(podIps ?? [], dualStack) !== undefined) renderedPlans.set(pod, { ipsKey, rulePlan, planKey });
+          const key = `${netns}\0${handle.inode}`;
+          const inspectIn = async (kind: SidecarRuleKind) => {
+            const backend = kind === 'nft' ? ({ kind: 'nft' } as const) : { kind: 'iptables' as const, iptables: await iptablesBackend() };
+            let rulePlan: SidecarRulePlan | undefined;
+            let planKey = '';
+            if (pod !== undefined) {
+              // The plan of an unchanged pod object (the cache replaces it on every update) is rendered once.
+              const ipsKey = `${kind}\0${(podIps ?? []).join(',')}`;
+              const memo = renderedPlans.get(pod);
+              if (memo !== undefined && memo.ipsKey === ipsKey) ({ rulePlan, planKey } = memo);
+              else {
+                const planned = plan(pod, path, kind);
+                const dualStack = planned.dualStack === true;
+                const ipv6 =
+                  ipv6EnabledFromResultIps(podIps ?? [], dualStack) ?? (await detectPodIpv6(options.runner, path, { dualStack }));
+                rulePlan = planned.plan({ ipv6 });
+                planKey = JSON.stringify(rulePlan);
+                // Only when the IP family came from the addresses: a probed netns may change (DHCPv6, late address).
+                if (ipv6EnabledFromResultIps(podIps ?? [], dualStack) !== undefined) renderedPlans.set(pod, { ipsKey, rulePlan, planKey });
+              }
+            }
+            const lastFoundIn = foundIn.get(key);
+            // Where the rules were last found: the node's backend, or the one this pod was adopted from.
+            const where = backend.kind === 'nft' ? undefined : (lastFoundIn ?? backend.iptables);
+            const token = changeToken(handle, where, rulePlan);
+            const seen = inPlaceAt.get(key);
+            if (token !== undefined && seen?.token === token && seen.planKey === planKey) return undefined;
+            const inspected = await inspectCapture(deps, { netns: path, plan: rulePlan, backend, ...(lastFoundIn ? { lastFoundIn } : {}) });
+            return { backend, where, token, planKey, inspected };
+          };
+          const kind = capturedIn.get(key) ?? nodeKind;
+          let result = await inspectIn(kind);
+          if (result === undefined) return [];
+          if (pod !== undefined && result.inspected.drift.length > 0) {
+            // Judged against the kind the pod was captured with, never "repaired" into the other one on top.
+            const held = await heldIn(path);
+            remember(key, held);
+            if (held !== kind) {
+              foundIn.delete(key);
+              result = await inspectIn(held);
+              if (result === undefined) return [];
             }
           }
-          const key = `${netns}\0${handle.inode}`;
-          const lastFoundIn = foundIn.get(key);
-          // Where the rules were last found: the node's backend, or the one this pod was adopted from.
-          const where = backend.kind === 'nft' ? undefined : (lastFoundIn ?? backend.iptables);
-          const token = changeToken(handle, where, rulePlan);
-          const seen = inPlaceAt.get(key);
-          if (token !== undefined && seen?.token === token && seen.planKey === planKey) return [];
-          const inspected = await inspectCapture(deps, { netns: path, plan: rulePlan, backend, ...(lastFoundIn ? { lastFoundIn } : {}) });
+          const { backend, where, token, planKey, inspected } = result;
           const { drift } = inspected;
           if (backend.kind === 'iptables' && inspected.iptables !== undefined && inspected.iptables.flavor !== backend.iptables.flavor) {
             foundIn.set(key, inspected.iptables);
@@ -234,9 +262,10 @@ export function createSidecarCaptureManager(options: SidecarCaptureManagerOption
     // netns at all, is refused before any command runs in it).
     verify: (pod, netns) =>
       inNetns(netns, async (path) => {
-        const planned = plan(pod, path);
+        const kind = await heldIn(path);
+        const planned = plan(pod, path, kind);
         const ipv6 = await detectPodIpv6(options.runner, path, { dualStack: planned.dualStack === true });
-        const extra = options.nativeNftables ? {} : { iptablesBackend: await iptablesBackend() };
+        const extra = kind === 'nft' ? {} : { iptablesBackend: await iptablesBackend() };
         return verifySidecarCapture(deps, { netns: path, plan: planned.plan({ ipv6 }), ...extra });
       }),
   };

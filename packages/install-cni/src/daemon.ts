@@ -81,10 +81,12 @@ export async function runDaemon(given: DaemonOptions, signal: AbortSignal): Prom
   const { logger } = given;
   logger.info('install-cni starting', { version: VERSION, runDir: given.settings.cniAgentRunDir });
   await checkInstallerPaths(given.settings);
-  // Before anything is installed (the plugin's config names the backend too): NATIVE_NFTABLES as this node can honour it.
-  const opts: DaemonOptions = given.settings.nativeNftables
-    ? { ...given, settings: await (await loadServices()).settingsForNftables(given.settings, logger) }
-    : given;
+  // Before anything is installed (the plugin's config names the backend too): NATIVE_NFTABLES as this node can honour it,
+  // and an ambient node's host state keeps the backend it was written with (either way) until a reboot.
+  const opts: DaemonOptions =
+    given.settings.nativeNftables || given.settings.ambientEnabled
+      ? { ...given, settings: await (await loadServices()).settingsForNftables(given.settings, logger) }
+      : given;
   const { settings } = opts;
   const closers: Closer[] = [];
   /** `ztunnel`: this node's ztunnel has connected once (ambient); the readiness taint waits for it. */
