@@ -374,6 +374,34 @@ for (const backend of BACKENDS)
       });
       t.diagnostic(`doctor after repair:\n${text.stdout}`);
     });
+    it("the node's host probe rules removed (our chain flushed and its jump deleted, as an operator or a firewall reload does) are put back by the verifier, once", async () => {
+      const inNode = async (argv: readonly string[], allowFailure = true) =>
+        (await runCommand(['nsenter', `--net=/proc/${node().holder.pid}/ns/net`, '--', ...argv], { allowFailure })).stdout;
+      // The node's iptables backend is iptables-nft here (reading the legacy one would create its tables).
+      const hostRules = async () =>
+        backend.name === 'nft'
+          ? await inNode(['nft', 'list', 'table', 'inet', 'istio-ambient-nat'])
+          : (await inNode(['iptables-nft-save', '-t', 'nat']))
+              .split('\n')
+              .filter((l) => /ISTIO_POSTRT/.test(l) && l.startsWith('-A '))
+              .join('\n');
+      const planned = await hostRules();
+      assert.match(planned, backend.name === 'nft' ? /snat/ : /^-A POSTROUTING -j ISTIO_POSTRT$/m, 'host rules in place');
+      const before = await driftTotal('host_rules', 'repaired');
+      if (backend.name === 'nft') await inNode(['nft', 'flush', 'table', 'inet', 'istio-ambient-nat'], false);
+      else {
+        await inNode(['iptables-nft', '-t', 'nat', '-D', 'POSTROUTING', '-j', 'ISTIO_POSTRT'], false);
+        await inNode(['iptables-nft', '-t', 'nat', '-F', 'ISTIO_POSTRT'], false);
+      }
+      await waitFor(
+        'istio_cni_drift_total{kind="host_rules",action="repaired"} up by one',
+        async () => ((await driftTotal('host_rules', 'repaired')) > before ? true : undefined),
+        REPAIR_WAIT_MS,
+        async () => `counter ${await driftTotal('host_rules', 'repaired')}, before ${before}; host rules now:\n${await hostRules()}`,
+      );
+      assert.equal(await hostRules(), planned, 'the same host rules, each once');
+    });
+
     it('a hostile tenant: what NET_ADMIN in the sidecar pod allows in its netns (imitations of ours, a forged comment) reaches no log, is repaired, and the neighbour is untouched', async (t) => {
       // Done from the node through nsenter into the pod's netns (the suite image carries no nft):
       // the kernel state is what the tenant's own `nft`/`iptables` would leave.
