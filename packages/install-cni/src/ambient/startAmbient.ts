@@ -8,12 +8,14 @@ import {
   openNetnsOwnerUserns,
   createIpsetProbeSets,
   createNetnsOwnershipCheck,
+  listNetnsAddresses,
   createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createNftProbeSets,
   createPodNetnsCache,
   createPodNetnsGuard,
   createPodNetnsProcFinder,
+  createNetnsDir,
   createProcFs,
   createScratchNetnsOpener,
   createZtunnelServer,
@@ -48,6 +50,8 @@ export interface AmbientOptions {
   ztunnelUdsAddress: string;
   /** HOST_PROC_DIR, e.g. `/host/proc`. */
   hostProcDir: string;
+  /** HOST_NETNS_DIR: searched for enrolled pods whose netns no process holds; not searched when absent. */
+  hostNetnsDir?: string;
   /** ALLOW_SWITCH_TO_HOST_NS: host rules and sets go into the host netns (`hostNetnsPath`). */
   switchToHostNetns: boolean;
   /**
@@ -184,6 +188,9 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
       checkOwnership,
       log: (level, msg) => log[level](msg),
       ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
+      ...(o.hostNetnsDir !== undefined
+        ? { netnsDir: { dir: createNetnsDir(o.hostNetnsDir), listAddresses: (netns) => listNetnsAddresses(runner, netns) } }
+        : {}),
     }));
   const dataplane = createNodeMeshDataplane({
     rules,
