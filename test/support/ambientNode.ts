@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeObject } from './fakeKubeApi.ts';
 import { TEST_NODE } from './meshPods.ts';
+import type { DirNetns, ScratchNetnsDir } from './netnsDir.ts';
 
 export interface NetnsRef {
   name: string;
@@ -28,17 +29,28 @@ export interface PodSandbox {
   /** The node side of the pod's veth (in the node netns). */
   hostVeth: string;
   containerId: string;
-  /** The pause process: lives in the pod netns and the pod's cgroup. */
+  /** The pause process: lives in the pod netns and the pod's cgroup (none with `pause: false` or `netnsDir`). */
   pause: ChildProcess;
   inode: number;
-  /** Kills the pause process, removes its cgroup and the netns (idempotent). */
+  /** Starts another process of the pod (an app container) in its netns and cgroup. */
+  startProcess(): Promise<ChildProcess>;
+  /** Kills the pod's processes, removes its cgroup and the netns (idempotent). */
   remove(): Promise<void>;
 }
 
 export interface AmbientNode {
   netns: NetnsRef;
   /** Creates a pod sandbox with IP 10.<a>.<b>.2 (node side .1) for index 0..16383. */
-  addPod(namespace: string, name: string, index: number, options?: { uid?: string; pause?: boolean }): Promise<PodSandbox>;
+  /**
+   * `netnsDir`: the pod netns is a file of that directory with no process in it (CRI-O with
+   * `drop_infra_ctr`), and no pause process is started.
+   */
+  addPod(
+    namespace: string,
+    name: string,
+    index: number,
+    options?: { uid?: string; pause?: boolean; netnsDir?: ScratchNetnsDir },
+  ): Promise<PodSandbox>;
   /** A non-enrolled netns routed through the node (10.95.0.2): traffic from it is forwarded, not local. */
   addPeer(): NetnsRef;
   remove(): Promise<void>;
@@ -102,13 +114,23 @@ export function createAmbientNode(): AmbientNode {
   execFileSync('ip', ['netns', 'exec', netns.name, 'sysctl', '-qw', 'net.ipv4.ip_forward=1'], { stdio: 'ignore' });
 
   /** `vn` names the node side of the veth (≤ 15 characters, unique on the node). */
-  const attach = (name: string, vn: string, nodeIp: string, podIp: string, prefix: number): NetnsRef => {
-    const ref = { name, path: `/var/run/netns/${name}` };
-    ip('netns', 'add', name);
-    created.push(name);
-    ip('link', 'add', vn, 'netns', netns.name, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', name);
+  const attach = (name: string, vn: string, nodeIp: string, podIp: string, prefix: number, dir?: ScratchNetnsDir): NetnsRef | DirNetns => {
+    let ref: NetnsRef | DirNetns;
+    if (dir === undefined) {
+      ref = { name, path: `/var/run/netns/${name}` };
+      ip('netns', 'add', name);
+      created.push(name);
+    } else {
+      ref = dir.add(name);
+    }
+    const pod = (args: string[], input?: string) =>
+      execFileSync('nsenter', [`--net=${ref.path}`, 'ip', ...args], { stdio: [input ? 'pipe' : 'ignore', 'ignore', 'pipe'], input });
+    pod(['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', vn, 'netns', netns.name]);
     ipBatch(netns.name, [`addr add ${nodeIp}/${prefix} dev ${vn}`, `link set ${vn} up`]);
-    ipBatch(name, ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', `route add default via ${nodeIp}`]);
+    pod(
+      ['-batch', '-'],
+      ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', `route add default via ${nodeIp}`, ''].join('\n'),
+    );
     return ref;
   };
 
@@ -120,20 +142,31 @@ export function createAmbientNode(): AmbientNode {
       const podIp = `${subnet}.2`;
       const gateway = `${subnet}.1`;
       const hostVeth = `v${id}${index}`;
-      const ref = attach(`ambpod-${id}-${index}`, hostVeth, gateway, podIp, 24);
+      const dir = options.netnsDir;
+      const ref = attach(dir === undefined ? `ambpod-${id}-${index}` : randomUUID(), hostVeth, gateway, podIp, 24, dir);
       const uid = options.uid ?? randomUUID();
       const containerId = randomBytes(32).toString('hex');
       const inode = statSync(ref.path).ino;
-      const cgroupDir = join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`, containerId);
-      let pause: ChildProcess | undefined;
-      if (options.pause !== false) {
+      const processes: ChildProcess[] = [];
+      /** A process of the pod: in its netns, and in a container cgroup of the pod as the kubelet's cgroupfs driver names it. */
+      const startProcess = async (): Promise<ChildProcess> => {
+        const cgroupDir = join(
+          cgroupTop,
+          'kubepods',
+          'besteffort',
+          `pod${uid}`,
+          processes.length === 0 ? containerId : randomBytes(32).toString('hex'),
+        );
         mkdirSync(cgroupDir, { recursive: true });
-        pause = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
-        const pid = pause.pid;
-        if (pid === undefined) throw new Error('could not start the pause process');
+        const child = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
+        const pid = child.pid;
+        if (pid === undefined) throw new Error('could not start a pod process');
+        processes.push(child);
         writeFileSync(join(cgroupDir, 'cgroup.procs'), String(pid));
         await waitForNetns(pid, inode);
-      }
+        return child;
+      };
+      const pause = options.pause !== false && dir === undefined ? await startProcess() : undefined;
       const sandbox: PodSandbox = {
         uid,
         namespace,
@@ -145,15 +178,18 @@ export function createAmbientNode(): AmbientNode {
         containerId,
         pause: pause as ChildProcess,
         inode,
+        startProcess,
         async remove() {
           sandboxes.delete(sandbox);
-          if (pause !== undefined && pause.exitCode === null && pause.signalCode === null) {
-            const exited = new Promise((r) => pause?.once('exit', r));
-            pause.kill('SIGKILL');
+          for (const p of processes) {
+            if (p.exitCode !== null || p.signalCode !== null) continue;
+            const exited = new Promise((r) => p.once('exit', r));
+            p.kill('SIGKILL');
             await exited;
           }
           removeCgroupTree(join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`));
-          deleteNetns(ref.name);
+          if ('remove' in ref && typeof ref.remove === 'function') ref.remove();
+          else deleteNetns(ref.name);
         },
       };
       sandboxes.add(sandbox);
