@@ -7,15 +7,14 @@
  * patches. Every ADD ends 0 or 11 (never 999); after kubelet-style retries of the 11s every pod is
  * enrolled once: one net Add at ztunnel, the annotation, one probe-set entry, no duplicate rules.
  */
+import { AMBIENT_BACKENDS, ambientSuite } from '../support/ambientSuite.ts';
 import assert from 'node:assert/strict';
-import { after, before, describe, it, type TestContext } from 'node:test';
-import { ambientPodObject, createAmbientNode, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
+import { before, describe, it, type TestContext } from 'node:test';
+import { ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
 import { duplicates, iptablesRuleLines, nftRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
-import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
-import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
-import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
+import { attachmentOf, type AmbientRig } from '../support/ambientRig.ts';
+import type { FakeZtunnel } from '../support/fakeZtunnel.ts';
 import { burstDiagnostic, burstWithKubeletRetries, faultsOn } from '../support/kubeletBurst.ts';
-import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
 
@@ -23,35 +22,18 @@ const NS = 'amb-faults';
 const PODS = 100;
 const REDIRECTION = 'ambient.istio.io/redirection';
 
-const backends = [
-  { name: 'iptables', env: {}, sets: 'ipset' },
-  { name: 'nftables', env: { NATIVE_NFTABLES: 'true' }, sets: 'nft' },
-] as const;
+const backends = AMBIENT_BACKENDS;
 
 for (const backend of backends)
   describe(`API faults under a 100-pod ambient burst [${backend.name}]`, { skip: kernelSkip, timeout: 600_000 }, () => {
-    let kubelet: FakeKubelet | undefined;
     let node: AmbientNode;
     let rig: AmbientRig;
     let ztunnel: FakeZtunnel;
     const sandboxes = new Map<string, PodSandbox>();
     let nextIndex = 0;
 
-    before(async () => {
-      if (backend.name === 'nftables') kubelet = await startFakeKubelet(4242);
-      node = createAmbientNode();
-      rig = await startAmbientRig(node.netns.path, backend.env, { viaFaultProxy: true });
-      await rig.startDaemon();
-      rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
-      ztunnel = await startFakeZtunnel({ path: rig.ztunnelPath, expectedNetns: (uid) => sandboxes.get(uid)?.netns.path });
-      await ztunnel.waitFor(() => ztunnel.snapshots[0] === 1, 'the first snapshot');
-    });
-    after(async () => {
-      ztunnel?.close();
-      await rig?.close();
-      await node?.remove();
-      await kubelet?.stop();
-    });
+    const suite = ambientSuite(NS, backend, sandboxes, { viaFaultProxy: true });
+    before(() => ({ node, rig, ztunnel } = suite()));
 
     /**
      * Creates PODS sandboxes (not timed), then with watch events held back registers each pod in the

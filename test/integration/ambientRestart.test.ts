@@ -5,67 +5,42 @@
  * loses its label. After each disturbance the probe set, the agent's pod cache (as the next
  * ztunnel snapshot shows it) and ztunnel's view must agree with the pods that exist.
  */
+import { AMBIENT_BACKENDS, ambientSuite } from '../support/ambientSuite.ts';
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import { createAmbientNode, ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
-import { duplicates, iptablesRuleLines, nftRuleLines, probeSetEntries } from '../support/ambientNodeState.ts';
-import { attachmentOf, startAmbientRig, type AmbientRig } from '../support/ambientRig.ts';
-import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
-import { startFakeZtunnel, type FakeZtunnel } from '../support/fakeZtunnel.ts';
-import { AMBIENT_LABEL, namespaceObject } from '../support/meshPods.ts';
+import { before, describe, it } from 'node:test';
+import { ambientPodObject, type AmbientNode, type PodSandbox } from '../support/ambientNode.ts';
+import {
+  assertNoDuplicateRules as assertNoDuplicates,
+  freshSnapshot as freshSnapshotOf,
+  waitUntil,
+} from '../support/ambientConvergence.ts';
+import { probeSetEntries } from '../support/ambientNodeState.ts';
+import { attachmentOf, type AmbientRig } from '../support/ambientRig.ts';
+import type { FakeZtunnel } from '../support/fakeZtunnel.ts';
+import { namespaceObject } from '../support/meshPods.ts';
 import { ANY_ISTIO_STATE, netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
 
 const NS = 'amb-restart';
 const REDIRECTION = 'ambient.istio.io/redirection';
 
-async function waitUntil(
-  what: string,
-  check: () => Promise<boolean> | boolean,
-  describeState: () => Promise<string> | string = () => '',
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${await describeState()}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 const sorted = (uids: Iterable<string>) => [...uids].sort();
 
-const backends = [
-  { name: 'iptables', env: {}, sets: 'ipset' },
-  { name: 'nftables', env: { NATIVE_NFTABLES: 'true' }, sets: 'nft' },
-] as const;
+const backends = AMBIENT_BACKENDS;
 
 for (const backend of backends)
   describe(`ambient agent: ztunnel reconnects, kill -9 and restart, namespace unlabel [${backend.name}]`, {
     skip: kernelSkip,
     timeout: 300_000,
   }, () => {
-    let kubelet: FakeKubelet | undefined;
     let node: AmbientNode;
     let rig: AmbientRig;
     let ztunnel: FakeZtunnel;
     const pods = new Map<string, PodSandbox>();
     let nextIndex = 0;
 
-    before(async () => {
-      if (backend.name === 'nftables') kubelet = await startFakeKubelet(4242);
-      node = createAmbientNode();
-      rig = await startAmbientRig(node.netns.path, backend.env);
-      await rig.startDaemon();
-      rig.api.upsertNamespace(namespaceObject(NS, { [AMBIENT_LABEL]: 'ambient' }));
-      ztunnel = await startFakeZtunnel({ path: rig.ztunnelPath, expectedNetns: (uid) => pods.get(uid)?.netns.path });
-      await ztunnel.waitFor(() => ztunnel.snapshots[0] === 1, 'the first snapshot');
-    });
-    after(async () => {
-      ztunnel?.close();
-      await rig?.close();
-      await node?.remove();
-      await kubelet?.stop();
-    });
+    const suite = ambientSuite(NS, backend, pods);
+    before(() => ({ node, rig, ztunnel } = suite()));
 
     const newPod = async (): Promise<PodSandbox> => {
       const i = nextIndex++;
@@ -98,39 +73,8 @@ for (const backend of backends)
       if (!entries.every((e) => pods.get(e.uid)?.ip === e.ip)) return false;
       return JSON.stringify(sorted(ztunnel.known)) === JSON.stringify(want);
     };
-    /** A fresh ztunnel connection's snapshot: the agent's pod cache, as Add (with fd) / Keep. */
-    const freshSnapshot = async () => {
-      const logStart = ztunnel.log.length;
-      await ztunnel.reconnect();
-      const session = ztunnel.session;
-      await ztunnel.waitFor(() => ztunnel.snapshots[session - 1] === 1, 'snapshot');
-      const log = ztunnel.log.slice(logStart);
-      return {
-        adds: ztunnel.adds.filter((a) => a.session === session && a.inSnapshot),
-        keeps: log
-          .slice(0, log.indexOf('snapshot_sent'))
-          .filter((l) => l.startsWith('keep:'))
-          .map((l) => l.slice('keep:'.length)),
-      };
-    };
-    const assertNoDuplicateRules = async () => {
-      for (const p of pods.values()) {
-        assert.deepEqual(duplicates(await iptablesRuleLines(p.netns.path)), [], `duplicate rules in ${p.name}`);
-        assert.deepEqual(duplicates(nftRuleLines(await netnsRuleset(p.netns.path))), [], `duplicate nft rules in ${p.name}`);
-      }
-      const host = await iptablesRuleLines(node.netns.path);
-      assert.deepEqual(duplicates(host), [], 'duplicate host rules');
-      const hostNft = nftRuleLines(await netnsRuleset(node.netns.path));
-      assert.deepEqual(duplicates(hostNft), [], 'duplicate host nft rules');
-      if (backend.name === 'iptables')
-        assert.equal(host.filter((l) => l.endsWith('-A POSTROUTING -j ISTIO_POSTRT')).length, 1, host.join('\n'));
-      else
-        assert.equal(
-          hostNft.filter((l) => l.includes('chain postrouting') && l.includes('snat ip to 169.254.7.127')).length,
-          1,
-          hostNft.join('\n'),
-        );
-    };
+    const freshSnapshot = () => freshSnapshotOf(ztunnel);
+    const assertNoDuplicateRules = () => assertNoDuplicates(pods.values(), node.netns.path, backend.name);
 
     it('ztunnel dropping mid-stream (during updates, then during a snapshot) loses nothing', async () => {
       const first = await Promise.all([newPod(), newPod(), newPod()]);

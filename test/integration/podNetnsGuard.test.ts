@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it, test, type TestContext } from 'node:test';
@@ -16,12 +16,15 @@ import { promisify } from 'node:util';
 import { captureEnvironmentFrom, type Pod } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
+  createNetnsDir,
   createPodNetnsGuard,
   createScratchNetnsOpener,
   createSidecarCaptureManager,
   type NetnsHandle,
   openNetnsHandle,
+  listNetnsAddresses,
   PodNetnsRefusedError,
+  searchNetnsDir,
 } from '@istio-cni/dataplane';
 import { createInPlaceRepairer } from '../../packages/install-cni/src/repair/repairPodInPlace.ts';
 import { createAmbientNode, type AmbientNode } from '../support/ambientNode.ts';
@@ -32,6 +35,7 @@ import { startFakeKubelet, type FakeKubelet } from '../support/fakeKubelet.ts';
 import { AMBIENT_LABEL, namespaceObject, plainPod, sidecarPod } from '../support/meshPods.ts';
 import { CAPTURE_CHAIN, netnsRuleset } from '../support/netnsRuleset.ts';
 import { addNetns } from '../support/netns.ts';
+import { createScratchNetnsDir } from '../support/netnsDir.ts';
 import { kernelSkip } from '../support/hostTools.ts';
 import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
 import { cniEnv, startAgentRig, type AgentRig, type PodAttachment } from '../support/startAgentRig.ts';
@@ -151,6 +155,66 @@ test('the guard for real: node netns by every path, own netns, non-network names
   assert.throws(() => real.openCniNetns(TEST_NETNS), HOST_REASON);
   real.openCniNetns(node.path).close();
 });
+
+test('a netns file no process holds (CRI-O drop_infra_ctr): the guard opens it, the directory search takes it and nothing else', {
+  skip: kernelSkip,
+}, async (t) => {
+  const dir = createScratchNetnsDir();
+  const node = addNetns('guard-node');
+  t.after(() => {
+    for (const name of ['decoy-link', 'decoy-file']) rmSync(join(dir.path, name), { force: true });
+    dir.remove();
+    node.remove();
+  });
+  const pod = dir.add('0b1f6c1e-5a3e-4c9a-8d4f-1e2a3b4c5d6e', '10.96.254.2/24');
+  const guard = createPodNetnsGuard({ hostProcDir: '/proc', hostNetnsPath: node.path });
+  const handle = guard.openCniNetns(pod.path);
+  assert.equal(handle.inode, statSync(pod.path).ino);
+  guard.check(handle);
+  handle.close();
+
+  // Beside it, what the directory may also hold, each claiming the pod's IP where it can.
+  const decoy = dir.add('decoy-node');
+  execFileSync('umount', [decoy.path]);
+  execFileSync('mount', ['--bind', node.path, decoy.path]);
+  const uts = dir.add('decoy-uts');
+  execFileSync('umount', [uts.path]);
+  execFileSync('mount', ['--bind', `/proc/${process.pid}/ns/uts`, uts.path]);
+  symlinkSync(node.path, join(dir.path, 'decoy-link'));
+  writeFileSync(join(dir.path, 'decoy-file'), '');
+  execFileSync('ip', ['-n', node.name, 'addr', 'add', '10.96.254.2/32', 'dev', 'lo']);
+  refusedBy(guard, uts.path, /it is a uts namespace, not a network namespace/);
+  refusedBy(guard, decoy.path, /it is the node's own network namespace/);
+  refusedBy(guard, join(dir.path, 'decoy-link'), /it is the node's own network namespace/);
+  refusedBy(guard, join(dir.path, 'decoy-file'), /it is not a namespace file/);
+
+  const netnsDir = createNetnsDir(dir.path);
+  assert.deepEqual(
+    (await netnsDir.list(() => {})).map((e) => e.name).sort(),
+    [pod.name, 'decoy-node', 'decoy-uts'].sort(),
+    'only nsfs mounts are listed',
+  );
+  const runner = createExecCommandRunner();
+  const found = await searchNetnsDir(
+    { dir: netnsDir, listAddresses: (h) => listNetnsAddresses(runner, h) },
+    new Map([['pod', ['10.96.254.2']]]),
+    new Set([statSync(node.path).ino]),
+    () => {},
+  );
+  assert.deepEqual(
+    [...found].map(([k, h]) => [k, h.source, h.inode]),
+    [['pod', pod.path, statSync(pod.path).ino]],
+  );
+  for (const h of found.values()) h.close();
+});
+
+function refusedBy(guard: ReturnType<typeof createPodNetnsGuard>, path: string, reason: RegExp): void {
+  assert.throws(
+    () => guard.openCniNetns(path),
+    (err: unknown) => err instanceof PodNetnsRefusedError && reason.test(err.message),
+    path,
+  );
+}
 
 const backends = [
   { name: 'iptables-nft', env: { FORCE_IPTABLES_BINARY: 'nft' } },

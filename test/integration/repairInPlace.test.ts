@@ -9,8 +9,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import type { KubeObject } from '../support/fakeKubeApi.ts';
-import { sidecarPod } from '../support/meshPods.ts';
+import { brokenPod, crashLooping } from '../support/brokenPod.ts';
 import { netnsRuleset } from '../support/netnsRuleset.ts';
 import { kernelSkip } from '../support/hostTools.ts';
 import { createPodNetworkFixture } from '../support/podNetworkFixture.ts';
@@ -18,29 +17,6 @@ import { startAgentRig, type AgentRig } from '../support/startAgentRig.ts';
 import { socketWorkers } from '../support/startSocketWorker.ts';
 
 const APP_UID = 1000;
-const VALIDATION_FAILURE =
-  'iptables validation failed; workload is not ready for Istio. When using Istio CNI, this can occur if a pod is scheduled before the node is ready.';
-
-function brokenPod(name: string, podIp: string, initStatus: Record<string, unknown>): KubeObject {
-  const pod = sidecarPod('default', name);
-  return {
-    ...pod,
-    status: {
-      phase: 'Pending',
-      podIP: podIp,
-      podIPs: [{ ip: podIp }],
-      initContainerStatuses: [
-        { name: 'istio-validation', ready: false, restartCount: 1, image: 'docker.io/istio/proxyv2:1.24.0', imageID: '', ...initStatus },
-      ],
-    },
-  };
-}
-
-const crashLooping = {
-  state: { waiting: { reason: 'CrashLoopBackOff', message: 'back-off 10s restarting failed container=istio-validation' } },
-  lastState: { terminated: { exitCode: 126, reason: 'Error', message: VALIDATION_FAILURE } },
-};
-
 const backends = [
   { name: 'iptables', env: {} },
   { name: 'nftables', env: { NATIVE_NFTABLES: 'true' } },

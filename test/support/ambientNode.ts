@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeObject } from './fakeKubeApi.ts';
 import { TEST_NODE } from './meshPods.ts';
+import type { DirNetns, ScratchNetnsDir } from './netnsDir.ts';
 
 export interface NetnsRef {
   name: string;
@@ -28,22 +29,32 @@ export interface PodSandbox {
   /** The node side of the pod's veth (in the node netns). */
   hostVeth: string;
   containerId: string;
-  /** The pause process: lives in the pod netns and the pod's cgroup. */
+  /** The pause process: lives in the pod netns and the pod's cgroup (none with `pause: false` or `netnsDir`). */
   pause: ChildProcess;
   inode: number;
-  /** Kills the pause process, removes its cgroup and the netns (idempotent). */
+  /** Starts another process of the pod (an app container) in its netns and cgroup. */
+  startProcess(): Promise<ChildProcess>;
+  /** Kills the pod's processes, removes its cgroup and the netns (idempotent). */
   remove(): Promise<void>;
 }
 
 export interface AmbientNode {
   netns: NetnsRef;
-  /** Creates a pod sandbox with IP 10.<a>.<b>.2 (node side .1) for index 0..16383. */
-  addPod(namespace: string, name: string, index: number, options?: { uid?: string; pause?: boolean }): Promise<PodSandbox>;
+  /**
+   * Creates a pod sandbox with IP 10.<a>.<b>.2 (node side .1) for index 0..16383. `netnsDir`: the pod netns is a file of that directory with no process in it (CRI-O with
+   * `drop_infra_ctr`), and no pause process is started.
+   */
+  addPod(
+    namespace: string,
+    name: string,
+    index: number,
+    options?: { uid?: string; pause?: boolean; netnsDir?: ScratchNetnsDir },
+  ): Promise<PodSandbox>;
   /**
    * The runtime re-creating a pod's sandbox under the same UID, with no CNI call: a new netns (the
    * old pod IP, or that of pod index `index`) and a new pause process in the pod's cgroup; the old
-   * pause process is killed and its netns deleted (still alive while someone holds it open) unless
-   * `keepOld`. The new netns's veth has no node-side address (the old one may still hold it).
+   * sandbox's processes are killed and its netns deleted (still alive while someone holds it open)
+   * unless `keepOld`. The new netns's veth has no node-side address (the old one may still hold it).
    */
   replaceSandbox(old: PodSandbox, options?: { index?: number; keepOld?: boolean }): Promise<PodSandbox>;
   /** A non-enrolled netns routed through the node (10.95.0.2): traffic from it is forwarded, not local. */
@@ -97,13 +108,6 @@ async function waitForNetns(pid: number, inode: number): Promise<void> {
   throw new Error(`process ${pid} never entered netns inode ${inode}`);
 }
 
-async function killPause(pause: ChildProcess | undefined): Promise<void> {
-  if (pause === undefined || pause.exitCode !== null || pause.signalCode !== null) return;
-  const exited = new Promise((r) => pause.once('exit', r));
-  pause.kill('SIGKILL');
-  await exited;
-}
-
 export function createAmbientNode(): AmbientNode {
   const id = randomBytes(3).toString('hex');
   const netns = { name: `ambnode-${id}`, path: `/var/run/netns/ambnode-${id}` };
@@ -116,14 +120,28 @@ export function createAmbientNode(): AmbientNode {
   execFileSync('ip', ['netns', 'exec', netns.name, 'sysctl', '-qw', 'net.ipv4.ip_forward=1'], { stdio: 'ignore' });
 
   /** `vn` names the node side of the veth (≤ 15 characters, unique on the node). */
-  const attach = (name: string, vn: string, nodeIp: string | undefined, podIp: string, prefix: number): NetnsRef => {
-    const ref = { name, path: `/var/run/netns/${name}` };
-    ip('netns', 'add', name);
-    created.push(name);
-    ip('link', 'add', vn, 'netns', netns.name, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', name);
+  const attach = (
+    name: string,
+    vn: string,
+    nodeIp: string | undefined,
+    podIp: string,
+    prefix: number,
+    dir?: ScratchNetnsDir,
+  ): NetnsRef | DirNetns => {
+    let ref: NetnsRef | DirNetns;
+    if (dir === undefined) {
+      ref = { name, path: `/var/run/netns/${name}` };
+      ip('netns', 'add', name);
+      created.push(name);
+    } else {
+      ref = dir.add(name);
+    }
+    const pod = (args: string[], input?: string) =>
+      execFileSync('nsenter', [`--net=${ref.path}`, 'ip', ...args], { stdio: [input ? 'pipe' : 'ignore', 'ignore', 'pipe'], input });
+    pod(['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', vn, 'netns', netns.name]);
     ipBatch(netns.name, [...(nodeIp === undefined ? [] : [`addr add ${nodeIp}/${prefix} dev ${vn}`]), `link set ${vn} up`]);
     const route = nodeIp === undefined ? 'route add default dev eth0' : `route add default via ${nodeIp}`;
-    ipBatch(name, ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', route]);
+    pod(['-batch', '-'], ['link set lo up', `addr add ${podIp}/${prefix} dev eth0`, 'link set eth0 up', route, ''].join('\n'));
     return ref;
   };
   const podSubnet = (index: number): string => {
@@ -131,35 +149,58 @@ export function createAmbientNode(): AmbientNode {
     return `10.${100 + (index >> 8)}.${index & 0xff}`;
   };
 
-  /** A sandbox of pod `uid` in `ref`: its pause process in the netns and in a container cgroup of the pod. */
+  /** A sandbox of pod `uid` in `ref`, with its pause process (in the netns and a container cgroup of the pod) when `withPause`. */
   const sandboxIn = async (
     pod: { uid: string; namespace: string; name: string; ip: string; gateway: string; hostVeth: string },
-    ref: NetnsRef,
+    ref: NetnsRef | DirNetns,
     withPause: boolean,
   ): Promise<PodSandbox> => {
+    const { uid } = pod;
     const containerId = randomBytes(32).toString('hex');
     const inode = statSync(ref.path).ino;
-    const podDir = join(cgroupTop, 'kubepods', 'besteffort', `pod${pod.uid}`);
-    let pause: ChildProcess | undefined;
-    if (withPause) {
-      mkdirSync(join(podDir, containerId), { recursive: true });
-      pause = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
-      const pid = pause.pid;
-      if (pid === undefined) throw new Error('could not start the pause process');
-      writeFileSync(join(podDir, containerId, 'cgroup.procs'), String(pid));
+    const processes: ChildProcess[] = [];
+    /** A process of the pod: in its netns, and in a container cgroup of the pod as the kubelet's cgroupfs driver names it. */
+    const startProcess = async (): Promise<ChildProcess> => {
+      const cgroupDir = join(
+        cgroupTop,
+        'kubepods',
+        'besteffort',
+        `pod${uid}`,
+        processes.length === 0 ? containerId : randomBytes(32).toString('hex'),
+      );
+      mkdirSync(cgroupDir, { recursive: true });
+      const child = spawn('nsenter', [`--net=${ref.path}`, '--', 'sleep', '86400'], { stdio: 'ignore' });
+      const pid = child.pid;
+      if (pid === undefined) throw new Error('could not start a pod process');
+      processes.push(child);
+      writeFileSync(join(cgroupDir, 'cgroup.procs'), String(pid));
       await waitForNetns(pid, inode);
-    }
-    const sandbox: PodSandbox = {
+      return child;
+    };
+    const pause = withPause ? await startProcess() : undefined;
+    const killProcesses = async () => {
+      for (const p of processes) {
+        if (p.exitCode !== null || p.signalCode !== null) continue;
+        const exited = new Promise((r) => p.once('exit', r));
+        p.kill('SIGKILL');
+        await exited;
+      }
+    };
+    const sandbox: PodSandbox & { killProcesses(): Promise<void> } = {
       ...pod,
       netns: ref,
       containerId,
       pause: pause as ChildProcess,
       inode,
+      startProcess,
+      killProcesses,
       async remove() {
         sandboxes.delete(sandbox);
-        await killPause(pause);
-        removeCgroupTree(podDir);
-        deleteNetns(ref.name);
+        await killProcesses();
+        // The pod's cgroup goes with its last sandbox.
+        if (![...sandboxes].some((s) => s.uid === uid)) removeCgroupTree(join(cgroupTop, 'kubepods', 'besteffort', `pod${uid}`));
+        if ('remove' in ref && typeof ref.remove === 'function') ref.remove();
+        else deleteNetns(ref.name);
       },
     };
     sandboxes.add(sandbox);
@@ -172,9 +213,10 @@ export function createAmbientNode(): AmbientNode {
     async addPod(namespace, name, index, options = {}) {
       const subnet = podSubnet(index);
       const hostVeth = `v${id}${index}`;
-      const ref = attach(`ambpod-${id}-${index}`, hostVeth, `${subnet}.1`, `${subnet}.2`, 24);
+      const dir = options.netnsDir;
+      const ref = attach(dir === undefined ? `ambpod-${id}-${index}` : randomUUID(), hostVeth, `${subnet}.1`, `${subnet}.2`, 24, dir);
       const pod = { uid: options.uid ?? randomUUID(), namespace, name, ip: `${subnet}.2`, gateway: `${subnet}.1`, hostVeth };
-      return sandboxIn(pod, ref, options.pause !== false);
+      return sandboxIn(pod, ref, options.pause !== false && dir === undefined);
     },
     async replaceSandbox(old, options = {}) {
       const n = ++replacements;
@@ -182,7 +224,7 @@ export function createAmbientNode(): AmbientNode {
       const hostVeth = `v${id}r${n}`;
       const ref = attach(`ambpod-${id}-r${n}`, hostVeth, undefined, podIp, 24);
       sandboxes.delete(old);
-      await killPause(old.pause);
+      await (old as PodSandbox & { killProcesses?(): Promise<void> }).killProcesses?.();
       if (!options.keepOld) deleteNetns(old.netns.name);
       else sandboxes.add(old);
       return sandboxIn({ uid: old.uid, namespace: old.namespace, name: old.name, ip: podIp, gateway: old.gateway, hostVeth }, ref, true);

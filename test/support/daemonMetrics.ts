@@ -1,8 +1,12 @@
 import type { DaemonProcess } from './daemonProcess.ts';
 
+/** A daemon whose monitoring port is reachable from here, or what reads its /metrics another way (through a netns bridge). */
+export type MetricsSource = DaemonProcess | (() => Promise<string>);
+
 /** The value of one series of the daemon's /metrics (0 when absent): `name` with exactly `labels`. */
-export async function metric(daemon: DaemonProcess, name: string, labels: Record<string, string>): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${daemon.monitoringPort}/metrics`)).text();
+export async function metric(daemon: MetricsSource, name: string, labels: Record<string, string>): Promise<number> {
+  const text =
+    typeof daemon === 'function' ? await daemon() : await (await fetch(`http://127.0.0.1:${daemon.monitoringPort}/metrics`)).text();
   const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`)) continue;
@@ -14,7 +18,7 @@ export async function metric(daemon: DaemonProcess, name: string, labels: Record
 }
 
 /** Resolves after at least `passes` more checks of healthy pods: the loop has looked again. */
-export async function morePasses(daemon: DaemonProcess, passes: number): Promise<void> {
+export async function morePasses(daemon: MetricsSource, passes: number): Promise<void> {
   const start = await metric(daemon, 'istio_cni_pod_verifications_total', { result: 'ok' });
   for (;;) {
     if ((await metric(daemon, 'istio_cni_pod_verifications_total', { result: 'ok' })) >= start + passes) return;

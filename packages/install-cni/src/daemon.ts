@@ -280,6 +280,7 @@ function startAgent(
       systemNamespace: settings.systemNamespace,
       ztunnelUdsAddress: settings.ztunnelUdsAddress,
       hostProcDir: settings.hostProcDir,
+      ...(settings.hostNetnsDir === '' ? {} : { hostNetnsDir: settings.hostNetnsDir }),
       switchToHostNetns: settings.allowSwitchToHostNs,
       nativeNftables: settings.nativeNftables,
       ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),

@@ -28,6 +28,7 @@ describe('settings', () => {
     assert.equal(s.serviceAccountDir, '/var/run/secrets/kubernetes.io/serviceaccount');
     assert.equal(s.kubeCaFile, '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt');
     assert.equal(s.hostProcDir, '/host/proc');
+    assert.equal(s.hostNetnsDir, '/var/run/netns');
     assert.equal(s.readinessPort, 8000);
     assert.equal(s.monitoringPort, 15014);
     assert.equal(s.chainedCniPlugin, true);
@@ -191,6 +192,18 @@ describe('settings', () => {
           err instanceof SettingsError &&
           err.message.includes(`invalid EXCLUDE_NAMESPACES ${JSON.stringify(`kube-system,${bad}`)}`) &&
           err.message.includes(`${JSON.stringify(bad)} is not a namespace name`),
+        bad,
+      );
+    }
+  });
+
+  it('HOST_NETNS_DIR: an absolute directory without .., or empty (procfs only)', () => {
+    assert.equal(resolveSettings({}, { HOST_NETNS_DIR: '/var/run/docker/netns' }, host).hostNetnsDir, '/var/run/docker/netns');
+    assert.equal(resolveSettings({}, { HOST_NETNS_DIR: '' }, host).hostNetnsDir, '');
+    for (const bad of ['var/run/netns', '/var/run/../etc', '/a\0b']) {
+      assert.throws(
+        () => resolveSettings({}, { HOST_NETNS_DIR: bad }, host),
+        (err: unknown) => err instanceof SettingsError && err.message.includes(`invalid HOST_NETNS_DIR ${JSON.stringify(bad)}`),
         bad,
       );
     }

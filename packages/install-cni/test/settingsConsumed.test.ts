@@ -22,7 +22,7 @@ const SETTINGS_FILE = join(ROOT, 'packages/install-cni/src/settings/settings.ts'
  */
 const ALLOW_LIST: Readonly<Record<string, string>> = {};
 
-const STRING_CANDIDATES = ['127.0.0.1', '5s', '- podSelector: {matchLabels: {a: b}}'];
+const STRING_CANDIDATES = ['127.0.0.1', '5s', '- podSelector: {matchLabels: {a: b}}', '/x/y'];
 
 function candidates(spec: SettingSpec): string[] {
   switch (spec.kind) {

@@ -1,4 +1,5 @@
 import type { NetnsHandle } from './netnsHandle.ts';
+import { type NetnsDirSource, searchNetnsDir } from './netnsDirSearch.ts';
 import { parseProcStarttime } from './parseProcCgroup.ts';
 import { parsePodAddress } from './podAddress.ts';
 import type { NetnsOwnershipCheck } from './podNetnsProcFinder.ts';
@@ -10,6 +11,8 @@ export interface FindNetnsByIpOptions {
   /** Production: `createNetnsOwnershipCheck(runner)` (`ip -j addr show` inside the netns). */
   checkOwnership: NetnsOwnershipCheck;
   log?: ScanLog;
+  /** Searched when no process's netns holds the IP (CRI-O with `drop_infra_ctr`: no process in it). */
+  netnsDir?: NetnsDirSource;
 }
 
 /**
@@ -19,8 +22,9 @@ export interface FindNetnsByIpOptions {
  * once to look for the address. When several namespaces hold it, the one whose oldest process
  * started first wins, which is normally the pod's pause container (the validation container may
  * exit at any moment). Unlike the ambient finder this needs no pod UID in the cgroup path, so it
- * works for any runtime. `undefined` when no netns holds the address; the caller owns the
- * returned handle.
+ * works for any runtime. When no process's netns holds it, the netns directory is searched for
+ * namespaces no process is in (every inode already entered is skipped). `undefined` when no netns
+ * holds the address; the caller owns the returned handle.
  */
 export async function findNetnsByIp(options: FindNetnsByIpOptions, podIp: string): Promise<NetnsHandle | undefined> {
   const { procFs, checkOwnership } = options;
@@ -71,5 +75,7 @@ export async function findNetnsByIp(options: FindNetnsByIpOptions, podIp: string
     }
     best = netns;
   }
-  return best;
+  if (best !== undefined || options.netnsDir === undefined) return best;
+  const fromDir = await searchNetnsDir(options.netnsDir, new Map([[wanted, [wanted]]]), new Set([...oldestByInode.keys(), host.ino]), log);
+  return fromDir.get(wanted);
 }

@@ -25,6 +25,8 @@ export {
   type PodProcessNetnsLocatorOptions,
 } from './podProcessNetns.ts';
 export { findNetnsByIp, type FindNetnsByIpOptions } from './findNetnsByIp.ts';
+export { createNetnsDir, isNetnsFileName, type NetnsDir, type NetnsDirEntry } from './netnsDir.ts';
+export { type NetnsAddressLister, type NetnsDirSource, searchNetnsDir } from './netnsDirSearch.ts';
 export { addressesContainAny, createNetnsOwnershipCheck, listNetnsAddresses } from './netnsOwnership.ts';
 export { checkPodUid, type PodAddress, parsePodAddress } from './podAddress.ts';
 export { createPodNetnsCache, type PodNetnsCache, type PodSnapshotEntry, type WorkloadInfo } from './podNetnsCache.ts';

@@ -111,7 +111,8 @@ export function openNetnsHandle(path: string, options: { ownerStartTime?: number
 
 let nsfsDev: number | undefined;
 
-function nsfsDevice(): number {
+/** The device every namespace file lives on (nsfs), whether reached through procfs or a bind mount. */
+export function nsfsDevice(): number {
   nsfsDev ??= statSync('/proc/self/ns/net').dev;
   return nsfsDev;
 }

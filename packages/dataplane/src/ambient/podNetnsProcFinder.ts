@@ -1,4 +1,5 @@
 import type { NetnsHandle } from './netnsHandle.ts';
+import { type NetnsDirSource, searchNetnsDir } from './netnsDirSearch.ts';
 import { parseProcCgroup, parseProcStarttime, podIdentityFromCgroups } from './parseProcCgroup.ts';
 import type { ProcFs } from './procFs.ts';
 import { hostNetnsIdentity, sameNetns, scanProcesses, type ScanLog } from './procScan.ts';
@@ -26,6 +27,11 @@ export interface PodNetnsProcFinderOptions {
    * warning) when pid 1 cannot be inspected.
    */
   hostNetnsPath?: string;
+  /**
+   * Searched for the pods the procfs scan did not find: a netns held by no process (CRI-O with
+   * `drop_infra_ctr`) is only a file of the runtime's netns directory, matched by the pod's IPs.
+   */
+  netnsDir?: NetnsDirSource;
 }
 
 export interface FoundPodNetns {
@@ -36,8 +42,9 @@ export interface FoundPodNetns {
 
 export interface PodNetnsProcFinder {
   /**
-   * Pairs each wanted pod (by UID) with the netns of its oldest process. The caller owns the
-   * returned handles; every other handle opened during the scan is closed by the scan.
+   * Pairs each wanted pod (by UID) with the netns of its oldest process, or else with the one file of
+   * the netns directory holding its IPs. The caller owns the returned handles; every other handle
+   * opened during the scan is closed by the scan.
    */
   findNetnsForPods(pods: ReadonlyMap<string, AmbientPod>): Promise<Map<string, FoundPodNetns>>;
 }
@@ -127,6 +134,22 @@ export async function createPodNetnsProcFinder(options: PodNetnsProcFinderOption
           existing.netns.close();
         }
         found.set(uid, candidate);
+      }
+      if (options.netnsDir === undefined) return found;
+      // After procfs, not before: there the pod's UID is in the cgroup path and one `ip` runs per
+      // candidate process's netns, where the directory needs one per file not yet entered.
+      const missing = new Map([...pods].filter(([uid, pod]) => !found.has(uid) && pod.ips.length > 0));
+      if (missing.size === 0) return found;
+      const fromDir = await searchNetnsDir(
+        options.netnsDir,
+        new Map([...missing].map(([uid, pod]) => [uid, pod.ips])),
+        new Set([...observed, host.ino]),
+        log,
+      );
+      for (const [uid, netns] of fromDir) {
+        const pod = missing.get(uid) as AmbientPod;
+        log('debug', `pod ${pod.namespace}/${pod.name}: no process holds its netns; found ${JSON.stringify(netns.source)} by its IPs`);
+        found.set(uid, { pod, netns });
       }
       return found;
     },

@@ -68,7 +68,8 @@ export function createNodeMeshDataplane(deps: NodeMeshDataplaneDeps): MeshDatapl
       new Map([[uid, { uid, name: workload.name, namespace: workload.namespace, serviceAccount: workload.serviceAccount, ips }]]),
     );
     const hit = found.get(uid);
-    if (hit === undefined) throw new Error('no process of the pod found in procfs with a network namespace holding its IPs');
+    if (hit === undefined)
+      throw new Error('no network namespace holding its IPs found: not through a process of the pod in procfs, nor in the netns directory');
     try {
       deps.netnsGuard.check(hit.netns);
     } catch (err) {

@@ -8,6 +8,7 @@ import {
   openNetnsOwnerUserns,
   createIpsetProbeSets,
   createNetnsOwnershipCheck,
+  listNetnsAddresses,
   createLegacyTablesFingerprinter,
   createNftGenerationReader,
   createNftProbeSets,
@@ -15,6 +16,7 @@ import {
   createPodNetnsGuard,
   createPodNetnsProcFinder,
   createPodProcessNetnsLocator,
+  createNetnsDir,
   createProcFs,
   createScratchNetnsOpener,
   createZtunnelServer,
@@ -50,6 +52,8 @@ export interface AmbientOptions {
   ztunnelUdsAddress: string;
   /** HOST_PROC_DIR, e.g. `/host/proc`. */
   hostProcDir: string;
+  /** HOST_NETNS_DIR: searched for enrolled pods whose netns no process holds; not searched when absent. */
+  hostNetnsDir?: string;
   /** ALLOW_SWITCH_TO_HOST_NS: host rules and sets go into the host netns (`hostNetnsPath`). */
   switchToHostNetns: boolean;
   /**
@@ -186,7 +190,13 @@ export async function startAmbient(o: AmbientOptions): Promise<Ambient> {
     log: (level: 'debug' | 'warn', msg: string) => log[level](msg),
     ...(o.hostNetnsPath !== undefined ? { hostNetnsPath: o.hostNetnsPath } : {}),
   };
-  const getFinder = () => (finder ??= createPodNetnsProcFinder(scanOptions));
+  const getFinder = () =>
+    (finder ??= createPodNetnsProcFinder({
+      ...scanOptions,
+      ...(o.hostNetnsDir !== undefined
+        ? { netnsDir: { dir: createNetnsDir(o.hostNetnsDir), listAddresses: (netns) => listNetnsAddresses(runner, netns) } }
+        : {}),
+    }));
   let locator: Promise<PodProcessNetnsLocator> | undefined;
   const getLocator = () => (locator ??= createPodProcessNetnsLocator(scanOptions));
   const dataplane = createNodeMeshDataplane({

@@ -2,12 +2,15 @@ import { captureEnvironmentFrom } from '@istio-cni/capture';
 import {
   createExecCommandRunner,
   openNetnsOwnerUserns,
+  createNetnsDir,
   createNetnsOwnershipCheck,
   createPodNetnsGuard,
   createProcFs,
   createScratchNetnsOpener,
   createSidecarCaptureManager,
   findNetnsByIp,
+  listNetnsAddresses,
+  type NetnsHandle,
 } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
 import type { Registry } from 'prom-client';
@@ -89,6 +92,10 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
     const runner = createExecCommandRunner({ netnsOwner: openNetnsOwnerUserns });
     const procFs = createProcFs(settings.hostProcDir);
     const checkOwnership = createNetnsOwnershipCheck(runner);
+    const netnsDir =
+      settings.hostNetnsDir === ''
+        ? undefined
+        : { dir: createNetnsDir(settings.hostNetnsDir), listAddresses: (netns: NetnsHandle) => listNetnsAddresses(runner, netns) };
     const netnsGuard = createPodNetnsGuard({ hostProcDir: settings.hostProcDir });
     const capture = createSidecarCaptureManager({
       runner,
@@ -99,7 +106,8 @@ export function startRepairController(options: StartRepairOptions): RunningRepai
       ...(settings.forceIptablesBinary ? { forceIptablesBinary: settings.forceIptablesBinary } : {}),
     });
     repairInPlace = createInPlaceRepairer({
-      findNetns: (ip) => findNetnsByIp({ procFs, checkOwnership, log: (level, msg) => logger[level](msg) }, ip),
+      findNetns: (ip) =>
+        findNetnsByIp({ procFs, checkOwnership, log: (level, msg) => logger[level](msg), ...(netnsDir ? { netnsDir } : {}) }, ip),
       checkNetns: (netns) => netnsGuard.check(netns),
       capture,
     });

@@ -26,6 +26,13 @@ export const SETTING_SPECS: readonly SettingSpec[] = [
   spec('CNI_AGENT_RUN_DIR', 'string', '/var/run/istio-cni', true, 'agent run directory (sockets, plugin kubeconfig)'),
   spec('SERVICE_ACCOUNT_DIR', 'string', '/var/run/secrets/kubernetes.io/serviceaccount', true, 'service account directory (token, ca.crt)'),
   spec('HOST_PROC_DIR', 'string', '/host/proc', true, 'host procfs'),
+  spec(
+    'HOST_NETNS_DIR',
+    'string',
+    '/var/run/netns',
+    true,
+    "the runtime's pod netns directory as mounted in the agent (the chart's cniNetnsDir), searched by pod IP for a pod netns no process holds (CRI-O drop_infra_ctr); empty = procfs only",
+  ),
   spec('READINESS_PORT', 'port', '8000', true, 'port of /healthz and /readyz (0 picks a free port)'),
   spec('MONITORING_PORT', 'int', '15014', true, 'port of /metrics (<= 0 disables)'),
   // Beyond upstream, which listens on every address: a node can keep both off its external network.

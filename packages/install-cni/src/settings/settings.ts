@@ -47,6 +47,8 @@ export interface Settings {
   cniAgentRunDir: string;
   serviceAccountDir: string;
   hostProcDir: string;
+  /** Absolute, or '' (the netns directory is not searched). */
+  hostNetnsDir: string;
   readinessPort: number;
   /** IP literal the health server listens on; '' = every address. */
   readinessAddress: string;
@@ -173,6 +175,7 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
     cniAgentRunDir: str('CNI_AGENT_RUN_DIR'),
     serviceAccountDir,
     hostProcDir: str('HOST_PROC_DIR'),
+    hostNetnsDir: str('HOST_NETNS_DIR'),
     readinessPort: port('READINESS_PORT'),
     readinessAddress: address('READINESS_ADDRESS'),
     monitoringPort,
@@ -231,6 +234,12 @@ export function resolveSettings(opts: ParsedOptions, env: Env, ro: ResolveOption
       parseLogOutputLevel(typeof logLevelFlag === 'string' ? logLevelFlag : undefined),
     ),
   };
+  if (
+    settings.hostNetnsDir !== '' &&
+    (!settings.hostNetnsDir.startsWith('/') || settings.hostNetnsDir.includes('\0') || settings.hostNetnsDir.split('/').includes('..'))
+  ) {
+    errors.push(`invalid HOST_NETNS_DIR ${JSON.stringify(settings.hostNetnsDir)}: want an absolute directory path without '..', or empty`);
+  }
   if (settings.cniBinTargetDirs.length === 0) errors.push('invalid CNI_BIN_TARGET_DIRS "": want at least one directory');
   for (const [name, value] of [
     ['CNI_BIN_SOURCE_DIR', settings.cniBinSourceDir],
