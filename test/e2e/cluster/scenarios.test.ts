@@ -556,6 +556,17 @@ describe('istio-cni on a kubelet cluster', { timeout: 1_500_000 }, () => {
     // 15001; a connection from outside the node (this machine) reaches 15006.
     assert.deepEqual(await probeTraffic(started), { outbound: 'port 15001', inbound: 'port 15006' });
 
+    // A hostUsers: false pod (its netns inside the user namespace kubelet gives it) is enrolled the same way.
+    await createPod('ambient-userns', node1.layout.name, [container('app', 'sleep 86400')], { namespace: AMBIENT_NS, hostUsers: false });
+    const userns = await waitPod('ambient-userns', isReady, 'Ready', 120_000, AMBIENT_NS);
+    assert.equal(userns.spec.hostUsers, false, 'the API server kept the field (UserNamespacesSupport on)');
+    const usernsSandbox = await sandboxOf(node1, AMBIENT_NS, 'ambient-userns', userns.metadata.uid, userns.status?.podIP ?? '');
+    const usernsAdd = zt1.adds.find((a) => a.uid === userns.metadata.uid && !a.inSnapshot);
+    assert.equal(usernsAdd?.inode, statSync(usernsSandbox.netnsPath).ino, "node 1's ztunnel got the hostUsers: false pod's netns");
+    assert.equal(userns.metadata.annotations?.[REDIRECTION], 'enabled');
+    assert.deepEqual(await probeTraffic(usernsSandbox), { outbound: 'port 15001', inbound: 'port 15006' });
+    await api().must('DELETE', `/api/v1/namespaces/${AMBIENT_NS}/pods/ambient-userns`);
+
     const relabel = (mode: string) =>
       api().must(
         'PATCH',
