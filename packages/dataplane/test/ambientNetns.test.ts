@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import {
+  shareProcessScan,
   AmbientDataplaneError,
   type AmbientPod,
   addressesContainAny,
@@ -339,4 +340,34 @@ test('addressesContainAny compares canonically and unmaps IPv4-mapped addresses'
   assert.equal(addressesContainAny(['not-an-ip'], ['10.0.0.5']), false);
   assert.equal(addressesContainAny([], ['10.0.0.5']), false);
   assert.throws(() => addressesContainAny(['10.0.0.5'], ['10.0.0.300']), /invalid pod IP "10.0.0.300"/);
+});
+
+test('a shared process scan serves every caller within its TTL, again when fresh or dropped, and never keeps a failed scan', async () => {
+  let t = 0;
+  let scans = 0;
+  let fail = false;
+  const shared = shareProcessScan(
+    async () => {
+      scans++;
+      if (fail) throw new Error('EACCES');
+      return new Map([['uid-a', { pid: '7', startTime: 1, inode: 42 }]]);
+    },
+    1000,
+    () => t,
+  );
+  await shared.get();
+  t = 1000;
+  assert.equal((await shared.get()).get('uid-a')?.inode, 42);
+  assert.equal(scans, 1, 'within the TTL: one scan');
+  await shared.get(true);
+  t = 2001;
+  await shared.get();
+  shared.drop();
+  await shared.get();
+  assert.equal(scans, 4, 'fresh, expired, dropped: a scan each');
+  fail = true;
+  await assert.rejects(shared.get(true), /EACCES/);
+  fail = false;
+  assert.equal((await shared.get()).size, 1, 'the failed scan was not kept');
+  assert.equal(scans, 6);
 });

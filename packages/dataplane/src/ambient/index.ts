@@ -20,6 +20,8 @@ export {
 export type { ScanLog } from './procScan.ts';
 export {
   createPodProcessNetnsLocator,
+  shareProcessScan,
+  type SharedProcessScan,
   type PodProcessNetns,
   type PodProcessNetnsLocator,
   type PodProcessNetnsLocatorOptions,

@@ -76,3 +76,30 @@ export async function createPodProcessNetnsLocator(options: PodProcessNetnsLocat
     },
   };
 }
+
+/** One `scan()` shared by every caller within `ttlMs`; a failed scan is not kept. */
+export interface SharedProcessScan {
+  /** The current scan, or a new one when it is older than the TTL, `fresh`, or dropped. */
+  get(fresh?: boolean): Promise<Map<string, PodProcessNetns>>;
+  /** The next `get` scans again (a new verification pass). */
+  drop(): void;
+}
+
+export function shareProcessScan(scan: () => Promise<Map<string, PodProcessNetns>>, ttlMs: number, now: () => number): SharedProcessScan {
+  let taken: { at: number; byUid: Promise<Map<string, PodProcessNetns>> } | undefined;
+  return {
+    get(fresh = false) {
+      if (fresh || taken === undefined || now() - taken.at > ttlMs) {
+        const current = { at: now(), byUid: scan() };
+        taken = current;
+        current.byUid.catch(() => {
+          if (taken === current) taken = undefined;
+        });
+      }
+      return taken.byUid;
+    },
+    drop() {
+      taken = undefined;
+    },
+  };
+}

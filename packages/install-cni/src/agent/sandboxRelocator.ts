@@ -3,8 +3,9 @@ import {
   createPodProcessNetnsLocator,
   createProcFs,
   type CommandRunner,
-  type PodProcessNetns,
   type PodProcessNetnsLocator,
+  type SharedProcessScan,
+  shareProcessScan,
 } from '@istio-cni/dataplane';
 import type { SandboxRelocator, VerifiableAttachment } from './podVerifier.ts';
 
@@ -30,35 +31,21 @@ export function createSandboxRelocator(options: SandboxRelocatorOptions): Sandbo
   const now = options.now ?? Date.now;
   const ttl = options.scanTtlMs ?? 5_000;
   let locator: Promise<PodProcessNetnsLocator> | undefined;
-  let scan: { at: number; byUid: Promise<Map<string, PodProcessNetns>> } | undefined;
+  let scan: SharedProcessScan | undefined;
   const getLocator = () =>
     (locator ??= createPodProcessNetnsLocator({
       procFs: createProcFs(options.hostProcDir),
       checkOwnership: createNetnsOwnershipCheck(options.runner),
     }));
-  const scanned = (l: PodProcessNetnsLocator) => {
-    if (scan === undefined || now() - scan.at > ttl) {
-      const taken = { at: now(), byUid: l.scan() };
-      scan = taken;
-      taken.byUid.catch(() => {
-        if (scan === taken) scan = undefined;
-      });
-    }
-    return scan.byUid;
-  };
   return {
     async locate(uid, ips) {
       const l = await getLocator();
-      const process = (await scanned(l)).get(uid);
+      scan ??= shareProcessScan(() => l.scan(), ttl, now);
+      const process = (await scan.get()).get(uid);
       if (process === undefined) return undefined;
       for (const a of options.attachments().values()) if (a.uid === uid && a.netnsInode === process.inode) return undefined;
-      if (
-        !(await l.carries(
-          process,
-          ips.map((ip) => ip.split('/')[0] ?? ''),
-        ))
-      )
-        return undefined;
+      const addresses = ips.map((ip) => ip.split('/')[0] ?? '');
+      if (!(await l.carries(process, addresses))) return undefined;
       return { netns: `${options.hostProcDir}/${process.pid}/ns/net`, inode: process.inode };
     },
     moved(a, to) {

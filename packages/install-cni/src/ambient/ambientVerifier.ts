@@ -16,6 +16,8 @@ import {
   type PodNetnsCache,
   type PodProcessNetns,
   type PodProcessNetnsLocator,
+  type SharedProcessScan,
+  shareProcessScan,
   type ProbeSetEntry,
   planAmbientPodRules,
   type ProbeSetManager,
@@ -161,17 +163,11 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     return (await listing.byUid).get(uid) ?? [];
   };
   /** One procfs scan per pass, like the listing; a pod's process seen in its held netns is re-read alone. */
-  let processScan: { at: number; byUid: Promise<Map<string, PodProcessNetns>> } | undefined;
+  let processScan: SharedProcessScan | undefined;
   const owners = new Map<string, PodProcessNetns>();
   const podProcessOf = async (locator: PodProcessNetnsLocator, uid: string, fresh: boolean): Promise<PodProcessNetns | undefined> => {
-    if (fresh || processScan === undefined || now() - processScan.at > (deps.probeSetListTtlMs ?? 60_000)) {
-      const taken = { at: now(), byUid: locator.scan() };
-      processScan = taken;
-      taken.byUid.catch(() => {
-        if (processScan === taken) processScan = undefined;
-      });
-    }
-    return (await processScan.byUid).get(uid);
+    processScan ??= shareProcessScan(() => locator.scan(), deps.probeSetListTtlMs ?? 60_000, now);
+    return (await processScan.get(fresh)).get(uid);
   };
 
   /** `netns_replaced` when the pod's oldest process runs in another netns than the one held for it. */
@@ -348,7 +344,7 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     targets: () => {
       // A new pass: its pods share one fresh probe-set listing.
       listing = undefined;
-      processScan = undefined;
+      processScan?.drop();
       for (const uid of owners.keys()) if (!deps.cache.has(uid)) owners.delete(uid);
       for (const k of rulesInPlaceAt.keys()) if (!deps.cache.has(k.split('\0')[0] ?? '')) rulesInPlaceAt.delete(k);
       const pods = candidates().map((p) => ({ key: `${keyPrefix}${p.metadata.uid ?? podName(p)}`, pod: podName(p) }));
