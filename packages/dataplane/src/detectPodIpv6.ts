@@ -1,3 +1,4 @@
+import { type Pod, redirectFromPod } from '@istio-cni/capture';
 import type { CommandRunner } from './commandRunner.ts';
 import { DataplaneError } from './dataplaneError.ts';
 
@@ -63,14 +64,43 @@ export async function detectPodIpv6(
 }
 
 /**
+ * The pod's global IPv6 addresses (`address/prefix` or bare, as the CNI result or the hand-off
+ * request carries them) that its sidecar capture leaves out: IPv4 comes first and ISTIO_DUAL_STACK
+ * is off, so only IPv4 rules are written (upstream's choice, kept) and IPv6 traffic bypasses the
+ * proxy. Empty when capture covers every family the pod has.
+ */
+export function uncapturedIpv6(ips: readonly string[], dualStack: boolean): string[] {
+  const usableAddresses = resultAddresses(ips).filter(usable);
+  if (usableAddresses.length === 0 || ipv6Enabled(usableAddresses, dualStack)) return [];
+  return usableAddresses.filter((a) => a.family === 'inet6').map((a) => a.address);
+}
+
+/**
+ * The warning a sidecar pod's ADD logs when its capture leaves IPv6 addresses out (see
+ * `uncapturedIpv6`): the operator's one sign of a bypass nothing else fails on.
+ */
+export function uncapturedIpv6Warning(pod: Pod, ips: readonly string[]): { msg: string; ipv6: string[] } | undefined {
+  const ipv6 = uncapturedIpv6(ips, redirectFromPod(pod).dualStack);
+  if (ipv6.length === 0) return undefined;
+  return {
+    msg: "the pod's IPv6 traffic is not captured: its first address is IPv4 and ISTIO_DUAL_STACK is not set on istio-proxy (set it for dual-stack pods)",
+    ipv6,
+  };
+}
+
+/**
  * The same decision from the primary network's CNI result (`prevResult.ips`, `address/prefix`),
  * which lists the pod's own interface addresses: saves entering the netns on the ADD path.
  * `undefined` when the result has no address (the caller then inspects the netns).
  */
 export function ipv6EnabledFromResultIps(cidrs: readonly string[], dualStack: boolean): boolean | undefined {
-  const addresses: InterfaceAddress[] = cidrs.map((cidr) => {
-    const address = cidr.split('/')[0] ?? '';
+  const addresses = resultAddresses(cidrs);
+  return addresses.some(usable) ? ipv6Enabled(addresses, dualStack) : undefined;
+}
+
+function resultAddresses(ips: readonly string[]): InterfaceAddress[] {
+  return ips.map((ip) => {
+    const address = ip.split('/')[0] ?? '';
     return { ifname: 'eth0', family: address.includes(':') ? 'inet6' : 'inet', address, scope: 'global' };
   });
-  return addresses.some(usable) ? ipv6Enabled(addresses, dualStack) : undefined;
 }

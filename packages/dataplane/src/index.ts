@@ -75,7 +75,15 @@ export {
   verifyNftRules,
   type VerifyNftRulesOptions,
 } from './applyNftRules.ts';
-export { detectPodIpv6, type InterfaceAddress, ipv6Enabled, ipv6EnabledFromResultIps, parseIpAddrJson } from './detectPodIpv6.ts';
+export {
+  detectPodIpv6,
+  type InterfaceAddress,
+  ipv6Enabled,
+  ipv6EnabledFromResultIps,
+  parseIpAddrJson,
+  uncapturedIpv6,
+  uncapturedIpv6Warning,
+} from './detectPodIpv6.ts';
 export { configureTproxyRoutes, type TproxyRouteOptions } from './configureTproxyRoutes.ts';
 export {
   applySidecarCapture,

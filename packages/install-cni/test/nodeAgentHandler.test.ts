@@ -159,6 +159,28 @@ describe('node agent ADD decisions (upstream CmdAdd order and plugin_test.go cas
     });
   }
 
+  it("warns, naming the pod, when a dual-stack pod's capture leaves its IPv6 address out (no ISTIO_DUAL_STACK); not when it is set", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const withIps = (name: string) => ({
+      ...request('ADD', 'default', name),
+      ips: [{ address: '10.0.0.9/24' }, { address: 'fd00::9/64' }],
+    });
+    const dual = sidecarPod('dual', {
+      containers: { containers: [{ name: 'istio-proxy', env: [{ name: 'ISTIO_DUAL_STACK', value: 'true' }] }] },
+    });
+    const h = harness({ pods: [sidecarPod('v4first'), dual] });
+    const handler = createNodeAgentHandler({
+      ...h.deps,
+      logger: createJsonLogger({ scope: 'test', threshold: 'warn', sink: (l) => lines.push(JSON.parse(l)) }),
+    });
+    await handler.handle(withIps('v4first'));
+    await handler.handle(withIps('dual'));
+    assert.equal(lines.length, 1, JSON.stringify(lines));
+    assert.match(String(lines[0]?.msg), /IPv6 traffic is not captured/);
+    assert.equal(lines[0]?.pod, 'default/v4first');
+    assert.deepEqual(lines[0]?.ipv6, ['fd00::9']);
+  });
+
   it('pod without the status annotation is skipped', async () => {
     const base = sidecarPod('nostatus');
     const pod: Pod = { ...base, metadata: { ...base.metadata, annotations: {} } };

@@ -92,6 +92,26 @@ describe('degraded ADD (agent unreachable)', () => {
     assert.deepEqual(deps.verified, []);
   });
 
+  it("warns when a dual-stack pod's capture leaves its IPv6 address out (no ISTIO_DUAL_STACK), and not when it is set", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const warnLog = createJsonLogger({ scope: 'test', threshold: 'warn', sink: (l) => lines.push(JSON.parse(l)) });
+    const dualIps = ['10.0.0.5/24', 'fd00::5/64'];
+    await degradedAdd(fakeDeps(sidecar), config(), k8s, '/ns', dualIps, warnLog, policy);
+    assert.equal(lines.length, 1);
+    assert.equal(lines[0]?.level, 'warn');
+    assert.match(String(lines[0]?.msg), /IPv6 traffic is not captured.*ISTIO_DUAL_STACK/);
+    assert.deepEqual(lines[0]?.ipv6, ['fd00::5']);
+
+    lines.length = 0;
+    const dualStack: Pod = {
+      ...sidecar,
+      spec: { containers: [{ name: 'app' }, { name: 'istio-proxy', env: [{ name: 'ISTIO_DUAL_STACK', value: 'true' }] }] },
+    };
+    await degradedAdd(fakeDeps(dualStack), config(), k8s, '/ns', dualIps, warnLog, policy);
+    await degradedAdd(fakeDeps(sidecar), config(), k8s, '/ns', ['fd00::5/64'], warnLog, policy);
+    assert.deepEqual(lines, []);
+  });
+
   it('fails an ambient pod closed with code 11', async () => {
     const deps = fakeDeps(plain, { namespace: ambientNs });
     await assert.rejects(degradedAdd(deps, config(true), k8s, '/ns', ['10.0.0.5/24'], log, policy), code(11, /ambient pod/));

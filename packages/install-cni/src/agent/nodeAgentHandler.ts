@@ -11,7 +11,7 @@ import {
 } from '@istio-cni/capture';
 import { ErrorCode, errorMessage } from '@istio-cni/cni';
 import { PROTOCOL, type HandoffError, type HandoffRequest, type HandoffVerdict, type Logger } from '@istio-cni/handoff';
-import { PodNetnsRefusedError } from '@istio-cni/dataplane';
+import { PodNetnsRefusedError, uncapturedIpv6Warning } from '@istio-cni/dataplane';
 import { isTransientKubeError } from '@istio-cni/kube';
 import type { ClusterView, KubeReader } from '../kube/clusterView.ts';
 import { LimiterFullError, type ConcurrencyLimiter } from './concurrencyLimiter.ts';
@@ -150,8 +150,8 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
 
   async function addSidecar(request: HandoffRequest, pod: Pod, log: Logger): Promise<Outcome> {
     let outcome: string;
+    const podIps = request.ips.map((ip) => ip.address);
     try {
-      const podIps = request.ips.map((ip) => ip.address);
       outcome = await deps.limiter.run(() => deps.capture.apply(pod, request.netns, podIps, true));
     } catch (err) {
       const refused = captureFailure(err);
@@ -163,6 +163,8 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     }
     remember(request, pod, 'sidecar');
     log.info('sidecar capture programmed', { outcome });
+    const bypass = uncapturedIpv6Warning(pod, podIps);
+    if (bypass !== undefined) log.warn(bypass.msg, { ipv6: bypass.ipv6 });
     return verdict('redirected', outcome);
   }
 

@@ -3,6 +3,7 @@ import { CniError, ErrorCode, type K8sArgs } from '@istio-cni/cni';
 import { UPGRADE_HANDOVER_GRACE_MS, localPolicyOf, type Logger, type PluginConfig } from '@istio-cni/handoff';
 // Not the `sidecar` entry: that would load the capture code (child processes) for every pod.
 import { PodNetnsRefusedError } from '@istio-cni/dataplane/podNetnsGuard';
+import { uncapturedIpv6Warning } from '@istio-cni/dataplane/podIpFamily';
 import { retryWithBackoff } from '@istio-cni/kube/client';
 import { ApiRequestError, ApiUnauthorizedError } from './apiReader.ts';
 
@@ -120,6 +121,8 @@ export async function degradedAdd(
   try {
     const outcome = await deps.applySidecar(c.pod, netns, podIps);
     log.info('sidecar capture programmed by the plugin (agent unreachable)', { outcome });
+    const bypass = uncapturedIpv6Warning(c.pod, podIps);
+    if (bypass !== undefined) log.warn(bypass.msg, { ipv6: bypass.ipv6 });
     return { action: 'redirected', outcome };
   } catch (err) {
     const refused = captureFailure(err);
