@@ -4,13 +4,15 @@
 # helm, containerd, runc and the reference CNI plugins. E2E_PRIMARY_CNI_VERSION (environment, default
 # 1.0.0) is the cniVersion of each node's primary conflist, for `make up` and the cluster scenarios.
 NODES ?= 1
+# The cluster's address families: ipv4, ipv6 (IPv6 only) or dual (dual-stack, IPv4 first).
+IP_FAMILY ?= ipv4
 # Extra chart values, space-separated `key=value` (e.g. CHART_SET=profile=ambient).
 CHART_SET ?=
 
 .PHONY: up down e2e-cluster
 
 up: setup e2e-rig image
-	$(NODE) test/e2e/cluster/up.ts --nodes=$(NODES) --image=$(IMAGE) --image-archive=$(IMAGE_ARCHIVE) $(foreach s,$(CHART_SET),--set=$(s))
+	$(NODE) test/e2e/cluster/up.ts --nodes=$(NODES) --image=$(IMAGE) --image-archive=$(IMAGE_ARCHIVE) --ip-family=$(IP_FAMILY) $(foreach s,$(CHART_SET),--set=$(s))
 
 down:
 	$(NODE) test/e2e/cluster/down.ts

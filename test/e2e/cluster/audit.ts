@@ -4,8 +4,8 @@
 // test/e2e/support/podAudit.ts's.
 import type { FakeZtunnel } from '../../support/fakeZtunnel.ts';
 import type { KubeClient } from '../support/kubeClient.ts';
-import { type AuditRow, inPodRules, meshIntent, probeSetAddresses, REDIRECTION_ANNOTATION } from '../support/podAudit.ts';
-import { podRules } from '../support/pods.ts';
+import { type AuditRow, inPodRulesByFamily, meshIntent, probeSetAddresses, REDIRECTION_ANNOTATION } from '../support/podAudit.ts';
+import { podRuleDumps } from '../support/pods.ts';
 import { runCommand } from '../support/runCommand.ts';
 import { nodeProcPath, type RunningNode } from './node.ts';
 
@@ -68,7 +68,7 @@ export async function collectAudit(o: AuditOptions): Promise<AuditRow[]> {
     for (const pod of pods.items) {
       const ips = (pod.status?.podIPs ?? []).map((p) => p.ip);
       const netnsPath = netnsPaths.get(pod.metadata.uid);
-      const rules: AuditRow['rules'] = netnsPath === undefined ? undefined : inPodRules(await podRules(netnsPath));
+      const rules: AuditRow['rules'] = netnsPath === undefined ? undefined : inPodRulesByFamily(await podRuleDumps(netnsPath));
       rows.push({
         namespace,
         name: pod.metadata.name,

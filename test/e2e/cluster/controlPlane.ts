@@ -7,15 +7,7 @@ import { makeClientCertificate, makeClusterPki, type ClusterPki } from '../suppo
 import { rigBinary } from '../support/rigPaths.ts';
 import { SERVICE_ACCOUNT_ISSUER } from '../support/cluster.ts';
 import { startDetached, waitForDetached } from './detached.ts';
-import {
-  APISERVER_PORT,
-  CLUSTER_DIR,
-  CONTROL_PLANE_IP,
-  KUBECONFIG_FILE,
-  KUBERNETES_SERVICE_IP,
-  SERVICE_CIDR,
-  type NodeLayout,
-} from './layout.ts';
+import { APISERVER_PORT, CLUSTER_DIR, type ClusterAddressing, hostPort, KUBECONFIG_FILE, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState } from './state.ts';
 
 // Stop order: kubelets (0) and containerds (1) go first, see node.ts.
@@ -27,6 +19,7 @@ const CERT_DAYS = 365;
 
 export interface ControlPlane {
   server: string;
+  addressing: ClusterAddressing;
   pki: ClusterPki;
   api: KubeClient;
   /** Writes a kubeconfig for this cluster carrying token. */
@@ -35,12 +28,21 @@ export interface ControlPlane {
   nodeTokens: Map<string, string>;
 }
 
-/** etcd, kube-apiserver (on the node network's address), kube-controller-manager and kube-scheduler, all detached. */
-export async function startControlPlane(state: ClusterState, nodes: readonly NodeLayout[]): Promise<ControlPlane> {
+/**
+ * etcd, kube-apiserver (on the node network's address of the primary family; a Service range per
+ * family), kube-controller-manager and kube-scheduler, all detached.
+ */
+export async function startControlPlane(
+  state: ClusterState,
+  nodes: readonly NodeLayout[],
+  addressing: ClusterAddressing,
+): Promise<ControlPlane> {
+  const { primary, plans } = addressing;
+  const serviceCidrs = plans.map((p) => p.serviceCidr).join(',');
   const dir = join(CLUSTER_DIR, 'control-plane');
   const pkiDir = join(dir, 'pki');
   mkdirSync(pkiDir, { recursive: true });
-  const pki = await makeClusterPki(pkiDir, { serverIps: [CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP], days: CERT_DAYS });
+  const pki = await makeClusterPki(pkiDir, { serverIps: plans.flatMap((p) => [p.controlPlaneIp, p.kubernetesServiceIp]), days: CERT_DAYS });
   // kubelet authenticates the API server's logs/exec/port-forward calls by this certificate.
   const [kubeletClientCert, kubeletClientKey] = await makeClientCertificate(pki, pkiDir, 'apiserver-kubelet-client', {
     user: 'kube-apiserver-kubelet-client',
@@ -62,7 +64,7 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
   const tokenFile = join(pkiDir, 'tokens.csv');
   writeFileSync(tokenFile, `${tokenLines.join('\n')}\n`, { mode: 0o600 });
 
-  const server = `https://${CONTROL_PLANE_IP}:${APISERVER_PORT}`;
+  const server = `https://${hostPort(primary.controlPlaneIp, APISERVER_PORT)}`;
   const writeKubeconfig = (path: string, bearer: string) => {
     const kubeconfig = {
       apiVersion: 'v1',
@@ -113,8 +115,8 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
     [
       rigBinary('kube-apiserver'),
       `--etcd-servers=${etcdUrl}`,
-      `--bind-address=${CONTROL_PLANE_IP}`,
-      `--advertise-address=${CONTROL_PLANE_IP}`,
+      `--bind-address=${primary.controlPlaneIp}`,
+      `--advertise-address=${primary.controlPlaneIp}`,
       `--secure-port=${APISERVER_PORT}`,
       `--cert-dir=${pkiDir}`,
       `--tls-cert-file=${pki.servingCert}`,
@@ -127,7 +129,7 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
       `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
       `--service-account-key-file=${pki.serviceAccountPublicKey}`,
       `--service-account-signing-key-file=${pki.serviceAccountSigningKey}`,
-      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      `--service-cluster-ip-range=${serviceCidrs}`,
       '--allow-privileged=true',
       '--profiling=false',
     ],
@@ -160,7 +162,7 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
         // The token controller signs the legacy tokens; the root CA goes into every namespace's kube-root-ca.crt.
         `--service-account-private-key-file=${pki.serviceAccountSigningKey}`,
         `--root-ca-file=${pki.caCert}`,
-        `--service-cluster-ip-range=${SERVICE_CIDR}`,
+        `--service-cluster-ip-range=${serviceCidrs}`,
         // Each controller acts as its own service account with its bootstrap role (the
         // system:kube-controller-manager user alone may not run the DaemonSet or root-CA controllers).
         '--use-service-account-credentials=true',
@@ -184,5 +186,5 @@ export async function startControlPlane(state: ClusterState, nodes: readonly Nod
   );
   saveState(state);
 
-  return { server, pki, api, writeKubeconfig, nodeTokens };
+  return { server, addressing, pki, api, writeKubeconfig, nodeTokens };
 }

@@ -7,15 +7,84 @@ export const CLUSTER_DIR = join(REPO_ROOT, '.cluster');
 export const STATE_FILE = join(CLUSTER_DIR, 'state.json');
 export const KUBECONFIG_FILE = join(CLUSTER_DIR, 'kubeconfig');
 
-// The node network: a host bridge carrying the control plane's address, one veth per node.
+// The node network: a host bridge carrying the control plane's address, one veth per node. Each
+// address family has its plan; a cluster of `IP_FAMILY` (ipv4, ipv6 or dual) takes one or both, its
+// primary family first (dual: IPv4 first, as most dual-stack clusters run).
 export const NODE_BRIDGE = 'istiocni-nodes';
-export const CONTROL_PLANE_IP = '10.241.0.1';
-export const NODE_NETWORK_PREFIX = 24;
 export const APISERVER_PORT = 6443;
-export const SERVICE_CIDR = '10.96.0.0/16';
-/** The `kubernetes` Service's ClusterIP; without kube-proxy each node DNATs it to the API server. */
-export const KUBERNETES_SERVICE_IP = '10.96.0.1';
-export const CLUSTER_CIDR = '10.242.0.0/16';
+
+export type IpFamily = 'ipv4' | 'ipv6' | 'dual';
+export const IP_FAMILIES: readonly IpFamily[] = ['ipv4', 'ipv6', 'dual'];
+
+/** One family's address plan. */
+export interface FamilyPlan {
+  family: 4 | 6;
+  /** The control plane's address on NODE_BRIDGE (the API server binds the primary family's). */
+  controlPlaneIp: string;
+  nodeNetworkPrefix: number;
+  serviceCidr: string;
+  /** The `kubernetes` Service's ClusterIP in this family; without kube-proxy each node DNATs it to the API server. */
+  kubernetesServiceIp: string;
+  nodeIp(index: number): string;
+  podCidr(index: number): string;
+  /** An address nothing in the cluster answers on (documentation range): only a capture rule makes a connection to it succeed. */
+  nowhere: string;
+}
+
+export const IPV4_PLAN: FamilyPlan = {
+  family: 4,
+  controlPlaneIp: '10.241.0.1',
+  nodeNetworkPrefix: 24,
+  serviceCidr: '10.96.0.0/16',
+  kubernetesServiceIp: '10.96.0.1',
+  nodeIp: (index) => `10.241.0.${10 + index}`,
+  podCidr: (index) => `10.242.${index}.0/24`,
+  nowhere: '192.0.2.123',
+};
+
+/** Unique local addresses (fd00::/8); the service range is a /112, the widest kube-apiserver takes for IPv6. */
+export const IPV6_PLAN: FamilyPlan = {
+  family: 6,
+  controlPlaneIp: 'fd00:10:241::1',
+  nodeNetworkPrefix: 64,
+  serviceCidr: 'fd00:10:96::/112',
+  kubernetesServiceIp: 'fd00:10:96::1',
+  nodeIp: (index) => `fd00:10:241::${10 + index}`,
+  podCidr: (index) => `fd00:10:242:${index}::/64`,
+  nowhere: '2001:db8::123',
+};
+
+/** `IP_FAMILY` (environment or `make up IP_FAMILY=`): ipv4 (default), ipv6 or dual. */
+export function ipFamily(value: string | undefined): IpFamily {
+  if (value === undefined || value === '') return 'ipv4';
+  if (!(IP_FAMILIES as readonly string[]).includes(value)) throw new Error(`IP_FAMILY=${value}: expected one of ${IP_FAMILIES.join(', ')}`);
+  return value as IpFamily;
+}
+
+/** The family plans of a cluster, primary first. */
+export function familyPlans(family: IpFamily): FamilyPlan[] {
+  if (family === 'ipv4') return [IPV4_PLAN];
+  if (family === 'ipv6') return [IPV6_PLAN];
+  return [IPV4_PLAN, IPV6_PLAN];
+}
+
+/** The cluster's address plan: its families, primary first. */
+export interface ClusterAddressing {
+  ipFamily: IpFamily;
+  plans: FamilyPlan[];
+  primary: FamilyPlan;
+}
+
+export function clusterAddressing(family: IpFamily = 'ipv4'): ClusterAddressing {
+  const plans = familyPlans(family);
+  const primary = plans[0];
+  if (primary === undefined) throw new Error(`no address plan for ${family}`);
+  return { ipFamily: family, plans, primary };
+}
+
+/** `host:port` of a URL, an IPv6 literal in brackets. */
+export const hostPort = (ip: string, port: number): string => (ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`);
+
 export const MAX_NODES = 9;
 
 /**
@@ -39,22 +108,32 @@ export interface NodeLayout {
   netns: string;
   /** The host end of the node's veth, on NODE_BRIDGE. */
   hostVeth: string;
+  /** The node's address of the primary family (kubelet's address). */
   ip: string;
+  /** The node's pod CIDR of the primary family. */
   podCidr: string;
+  /** One address per family, primary first (kubelet's --node-ip). */
+  ips: string[];
+  /** One pod CIDR per family, primary first (the Node's spec.podCIDRs, host-local's ranges). */
+  podCidrs: string[];
   dir: string;
   /** kubelet's cgroupRoot, created in every cgroup hierarchy before kubelet starts. */
   cgroupRoot: string;
 }
 
-export function nodeLayout(index: number): NodeLayout {
+export function nodeLayout(index: number, addressing: ClusterAddressing = clusterAddressing()): NodeLayout {
   const name = `node-${index}`;
+  const ips = addressing.plans.map((p) => p.nodeIp(index));
+  const podCidrs = addressing.plans.map((p) => p.podCidr(index));
   return {
     index,
     name,
     netns: `istio-cni-${name}`,
     hostVeth: `icn-${name}`,
-    ip: `10.241.0.${10 + index}`,
-    podCidr: `10.242.${index}.0/24`,
+    ip: addressing.primary.nodeIp(index),
+    podCidr: addressing.primary.podCidr(index),
+    ips,
+    podCidrs,
     dir: join(CLUSTER_DIR, name),
     cgroupRoot: `istio-cni-cluster-${name}`,
   };

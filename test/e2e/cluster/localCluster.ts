@@ -5,7 +5,7 @@ import { ctrArgv } from '../support/containerd.ts';
 import { REPO_ROOT, rigBinary, type RigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import { startControlPlane, type ControlPlane } from './controlPlane.ts';
-import { CLUSTER_DIR, KUBECONFIG_FILE, MAX_NODES, nodeLayout } from './layout.ts';
+import { CLUSTER_DIR, clusterAddressing, type IpFamily, KUBECONFIG_FILE, MAX_NODES, nodeLayout } from './layout.ts';
 import { createNodeBridge, createNodeNetns, routePodCidrs } from './network.ts';
 import { startNode, waitNodeReady, type RunningNode } from './node.ts';
 import { writeBusyboxImage } from './ociImage.ts';
@@ -27,6 +27,8 @@ export interface LocalClusterOptions {
   extraImageTars?: readonly string[];
   /** false: no `helm install`, the caller installs a chart of its choice (default true). */
   install?: boolean;
+  /** The cluster's address families (default ipv4): node, pod and Service addresses of each, primary first. */
+  ipFamily?: IpFamily;
   /** The nodes' primary conflist `cniVersion` (default: E2E_PRIMARY_CNI_VERSION, see layout.ts). */
   primaryCniVersion?: string;
   log?: (line: string) => void;
@@ -74,14 +76,17 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
 
   const state = emptyState();
   saveState(state);
-  const nodes = Array.from({ length: options.nodes }, (_, i) => nodeLayout(i + 1));
-  log(`node network (${nodes.map((n) => `${n.name} ${n.ip} pods ${n.podCidr}`).join(', ')})`);
-  await createNodeBridge(state);
-  for (const node of nodes) await createNodeNetns(state, node);
-  await routePodCidrs(nodes);
+  const addressing = clusterAddressing(options.ipFamily);
+  const nodes = Array.from({ length: options.nodes }, (_, i) => nodeLayout(i + 1, addressing));
+  log(`node network, ${addressing.ipFamily} (${nodes.map((n) => `${n.name} ${n.ips.join(' ')} pods ${n.podCidrs.join(' ')}`).join(', ')})`);
+  await createNodeBridge(state, addressing);
+  for (const node of nodes) await createNodeNetns(state, node, addressing);
+  await routePodCidrs(nodes, addressing);
 
-  log('control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)');
-  const controlPlane = await startControlPlane(state, nodes);
+  log(
+    `control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), Services ${addressing.plans.map((p) => p.serviceCidr).join(' ')}`,
+  );
+  const controlPlane = await startControlPlane(state, nodes, addressing);
 
   const imagesDir = join(CLUSTER_DIR, 'images');
   mkdirSync(imagesDir, { recursive: true });

@@ -8,7 +8,7 @@ import { pauseImageRef, rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import type { ControlPlane } from './controlPlane.ts';
 import { forkedChild, isRunning, startDetached, stopDetached, waitForDetached } from './detached.ts';
-import { APISERVER_PORT, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
+import { APISERVER_PORT, type ClusterAddressing, hostPort, PRIMARY_CNI_VERSION, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState, type ProcessRecord } from './state.ts';
 
 const STOP_KUBELET = 0;
@@ -137,12 +137,12 @@ export async function startNode(
     ipamDataDir: join(node.dir, 'cni/ipam'),
     name: 'cluster-pods',
     bridge: 'cni0',
-    subnet: node.podCidr,
+    subnets: node.podCidrs,
     fileName: PRIMARY_CONFLIST,
     ipMasq: false,
     cniVersion: primaryCniVersion,
   });
-  await addKubernetesServiceDnat(holder);
+  await addKubernetesServiceDnat(holder, controlPlane.addressing);
 
   state.runtimes.push({ socket: join(node.dir, 'containerd/containerd.sock'), dir: join(node.dir, 'containerd') });
   const { containerd, containerdSocket, crictl } = await startContainerd(state, node, holder);
@@ -196,7 +196,7 @@ export async function rebootNode(
   await flushNetnsFirewall(node.netns);
 
   const holder = await startHolder(state, node);
-  await addKubernetesServiceDnat(holder);
+  await addKubernetesServiceDnat(holder, controlPlane.addressing);
   const { containerd, containerdSocket, crictl } = await startContainerd(state, node, holder);
   // What a node's boot runs before kubelet (a primary CNI's unit, say).
   await o.beforeKubelet?.();
@@ -276,19 +276,24 @@ async function startHolder(state: ClusterState, node: NodeLayout): Promise<Proce
   return holder;
 }
 
-/** Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network pods). */
-async function addKubernetesServiceDnat(holder: ProcessRecord): Promise<void> {
+/**
+ * Without kube-proxy, the `kubernetes` Service is one DNAT in the node's netns (pods and host-network
+ * pods). Its ClusterIP is of the primary family only (as on any dual-stack cluster), as is the API
+ * server's address.
+ */
+async function addKubernetesServiceDnat(holder: ProcessRecord, addressing: ClusterAddressing): Promise<void> {
+  const { primary } = addressing;
   for (const chain of ['PREROUTING', 'OUTPUT']) {
     await runCommand(
       inNode(holder.pid, [
-        'iptables',
+        primary.family === 6 ? 'ip6tables' : 'iptables',
         '-w',
         '-t',
         'nat',
         '-A',
         chain,
         '-d',
-        `${KUBERNETES_SERVICE_IP}/32`,
+        `${primary.kubernetesServiceIp}/${primary.family === 6 ? 128 : 32}`,
         '-p',
         'tcp',
         '--dport',
@@ -296,7 +301,7 @@ async function addKubernetesServiceDnat(holder: ProcessRecord): Promise<void> {
         '-j',
         'DNAT',
         '--to-destination',
-        `${CONTROL_PLANE_IP}:${APISERVER_PORT}`,
+        hostPort(primary.controlPlaneIp, APISERVER_PORT),
       ]),
     );
   }
@@ -437,7 +442,7 @@ async function startKubelet(
       `--root-dir=${join(dir, 'root')}`,
       `--cert-dir=${join(dir, 'pki')}`,
       `--hostname-override=${node.name}`,
-      `--node-ip=${node.ip}`,
+      `--node-ip=${node.ips.join(',')}`,
     ],
     join(node.dir, 'logs/kubelet.log'),
     STOP_KUBELET,
@@ -460,7 +465,7 @@ export async function waitNodeReady(controlPlane: ControlPlane, node: RunningNod
   await controlPlane.api.must(
     'PATCH',
     path,
-    { spec: { podCIDR: node.layout.podCidr, podCIDRs: [node.layout.podCidr] } },
+    { spec: { podCIDR: node.layout.podCidr, podCIDRs: node.layout.podCidrs } },
     { contentType: 'application/merge-patch+json' },
   );
 }

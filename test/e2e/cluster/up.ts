@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { REPO_ROOT, RIG_BIN, rigBinary } from '../support/rigPaths.ts';
 import { writeExamples } from './examples.ts';
-import { CLUSTER_DIR, KUBECONFIG_FILE } from './layout.ts';
+import { CLUSTER_DIR, clusterAddressing, ipFamily, KUBECONFIG_FILE } from './layout.ts';
 import { bringUp, DAEMONSET, WORKLOAD_IMAGE } from './localCluster.ts';
 
 const { values } = parseArgs({
@@ -16,6 +16,7 @@ const { values } = parseArgs({
     image: { type: 'string' },
     'image-archive': { type: 'string', default: 'dist/image.oci.tar' },
     set: { type: 'string', multiple: true, default: [] },
+    'ip-family': { type: 'string', default: 'ipv4' },
   },
 });
 
@@ -24,18 +25,22 @@ const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)} s`;
 try {
   if (values.image === undefined) throw new Error('--image is required');
   const nodes = Number(values.nodes);
+  const addressing = clusterAddressing(ipFamily(values['ip-family']));
+  // What upstream's users set for an IPv6 or dual-stack cluster: ambient's IPv6 rules (the chart's default, said explicitly).
+  const familySet = addressing.plans.some((p) => p.family === 6) ? ['ambient.ipv6=true'] : [];
   // The printed commands use the rig's kubectl, the cluster's version.
   rigBinary('kubectl');
   await bringUp({
     nodes,
     image: values.image,
     imageTar: resolve(REPO_ROOT, values['image-archive']),
-    chartSet: values.set,
+    chartSet: [...familySet, ...values.set],
+    ipFamily: addressing.ipFamily,
     log: (line) => console.log(`==> [${elapsed()}] ${line}`),
   });
   const ambient = values.set.some((s) => s === 'profile=ambient');
-  const examples = writeExamples(WORKLOAD_IMAGE, DAEMONSET, ambient);
-  console.log(`\ncluster up in ${elapsed()}: ${nodes} node(s), DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET} Ready.`);
+  const examples = writeExamples(WORKLOAD_IMAGE, DAEMONSET, ambient, addressing);
+  console.log(`\ncluster up in ${elapsed()}: ${nodes} node(s), ${addressing.ipFamily}, DaemonSet ${RELEASE_NAMESPACE}/${DAEMONSET} Ready.`);
   console.log(`From ${REPO_ROOT}, with the rig's kubectl (the cluster's version), crictl and helm first on PATH:\n`);
   console.log(`  export PATH=${RIG_BIN}:$PATH`);
   console.log(`  export KUBECONFIG=${KUBECONFIG_FILE}`);

@@ -17,8 +17,8 @@ import { RELEASE_NAMESPACE } from '../support/chart.ts';
 import { doctorSchemaProblems } from '../support/doctorSchema.ts';
 import { inPodRules } from '../support/podAudit.ts';
 import { podRules } from '../support/pods.ts';
-import { rigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
+import { type DriftLine, driftLines, runDoctor } from './agentDiagnostics.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
 import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
@@ -35,14 +35,6 @@ const INTERVAL_S = 5;
 const REPAIR_WAIT_MS = 60_000;
 const SIDECAR = 'sidecar-0';
 const AMBIENT = 'ambient-0';
-
-interface DriftLine {
-  time: string;
-  pod: string;
-  msg: string;
-  drift: { kind: string }[];
-  action: string;
-}
 
 /** Each on a cluster of its own: the node's iptables backend (iptables-nft here), then native nftables. */
 const BACKENDS = [
@@ -74,19 +66,8 @@ for (const backend of BACKENDS)
         () => describeNamespace(cluster.controlPlane, RELEASE_NAMESPACE),
       );
     /** The agent's JSON lines about one pod's drift since `since`. */
-    const driftLines = async (pod: string, since: number): Promise<DriftLine[]> => {
-      const name = (await agent()).metadata.name;
-      const log = (await api().request('GET', `/api/v1/namespaces/${RELEASE_NAMESPACE}/pods/${name}/log?container=install-cni`)).text;
-      const lines: DriftLine[] = [];
-      for (const l of log.split('\n')) {
-        if (!l.includes('"component":"verify"')) continue;
-        try {
-          const parsed = JSON.parse(l) as DriftLine;
-          if (parsed.pod === pod && parsed.msg === 'pod drifted from its plan' && Date.parse(parsed.time) >= since) lines.push(parsed);
-        } catch {}
-      }
-      return lines;
-    };
+    const driftLinesOf = async (pod: string, since: number): Promise<DriftLine[]> =>
+      driftLines(api(), (await agent()).metadata.name, pod, since);
     /** A counter's value from the agent's :15014/metrics (on its pod IP), the line with every one of `labels`. */
     const counter = async (name: string, labels: Record<string, string>): Promise<number> => {
       const ip = (await agent()).status?.podIP;
@@ -98,29 +79,8 @@ for (const backend of BACKENDS)
       return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
     };
     const driftTotal = (kind: string, action: string) => counter('istio_cni_drift_total', { kind, action });
-    /**
-     * `kubectl exec -n istio-system ds/istio-cni-node -- install-cni doctor ARGS`, as an operator runs
-     * it (through the API server and kubelet; `crictl exec --sync` drops the output of a non-zero exit).
-     */
-    const doctor = (...args: string[]) =>
-      runCommand(
-        [
-          rigBinary('kubectl'),
-          '--kubeconfig',
-          cluster.kubeconfig,
-          'exec',
-          '-n',
-          RELEASE_NAMESPACE,
-          `ds/${DAEMONSET}`,
-          '-c',
-          'install-cni',
-          '--',
-          'install-cni',
-          'doctor',
-          ...args,
-        ],
-        { allowFailure: true, timeoutMs: 60_000 },
-      );
+    /** `install-cni doctor ARGS` in the node's agent. */
+    const doctor = (...args: string[]) => runDoctor(cluster.kubeconfig, `ds/${DAEMONSET}`, args);
     /** The netns path of a pod's ready sandbox, through the node's /proc. */
     const netnsOf = async (namespace: string, name: string): Promise<string> => {
       const pod = await api().must<Pod>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
@@ -189,7 +149,7 @@ for (const backend of BACKENDS)
         const lines = await waitFor(
           `the verifier's line about the drift of ${namespace}/${name}`,
           async () => {
-            const found = await driftLines(`${namespace}/${name}`, since);
+            const found = await driftLinesOf(`${namespace}/${name}`, since);
             return found.length > 0 ? found : undefined;
           },
           REPAIR_WAIT_MS,
@@ -321,7 +281,7 @@ for (const backend of BACKENDS)
 
       for (const [namespace, name] of PODS) {
         assert.equal(
-          (await driftLines(`${namespace}/${name}`, since)).length,
+          (await driftLinesOf(`${namespace}/${name}`, since)).length,
           1,
           `${namespace}/${name}: the unchanged drift is logged once`,
         );
@@ -450,7 +410,7 @@ for (const backend of BACKENDS)
       const lines = await waitFor(
         `the verifier's line about ${NS}/${SIDECAR}`,
         async () => {
-          const found = await driftLines(`${NS}/${SIDECAR}`, since);
+          const found = await driftLinesOf(`${NS}/${SIDECAR}`, since);
           return found.length > 0 ? found : undefined;
         },
         REPAIR_WAIT_MS,

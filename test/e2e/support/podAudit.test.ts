@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type AuditRow, auditFailures, auditTable, inPodRules, meshIntent, probeSetAddresses } from './podAudit.ts';
+import {
+  type AuditRow,
+  auditFailures,
+  auditTable,
+  type InPodRules,
+  inPodRules,
+  inPodRulesByFamily,
+  meshIntent,
+  probeSetAddresses,
+} from './podAudit.ts';
 
 const base = { annotations: {}, labels: {}, containerNames: ['app'], hostNetwork: false, namespaceLabels: {}, ambientEnabled: true };
 
@@ -17,6 +26,29 @@ describe('meshIntent', () => {
     assert.equal(meshIntent({ ...base, namespaceLabels: ns, labels: { 'istio.io/dataplane-mode': 'none' } }), 'none');
     assert.equal(meshIntent({ ...base, namespaceLabels: ns, ambientEnabled: false }), 'none');
     assert.equal(meshIntent({ ...base, namespaceLabels: ns, hostNetwork: true }), 'none');
+  });
+});
+
+describe('inPodRulesByFamily', () => {
+  it('counts iptables for IPv4, ip6tables for IPv6, an nft table for the families it filters', () => {
+    const chain = '*nat\n:ISTIO_REDIRECT - [0:0]\nCOMMIT\n';
+    const none = { sidecar: false, ambient: false };
+    const sidecar = { sidecar: true, ambient: false };
+    assert.deepEqual(inPodRulesByFamily({ iptables: chain, ip6tables: '', nft: '' }), { v4: sidecar, v6: none });
+    assert.deepEqual(inPodRulesByFamily({ iptables: '', ip6tables: chain, nft: '' }), { v4: none, v6: sidecar });
+    assert.deepEqual(inPodRulesByFamily({ iptables: '', ip6tables: '', nft: 'table inet istio-ambient-nat {\n}\n' }), {
+      v4: { sidecar: false, ambient: true },
+      v6: { sidecar: false, ambient: true },
+    });
+    assert.deepEqual(inPodRulesByFamily({ iptables: '', ip6tables: '', nft: 'table ip6 istio-proxy-nat {\n}\n' }), {
+      v4: none,
+      v6: sidecar,
+    });
+    // iptables-nft's own tables in the nft listing are not ours by name.
+    assert.deepEqual(inPodRulesByFamily({ iptables: '', ip6tables: '', nft: 'table ip6 nat {\n\tchain ISTIO_REDIRECT {\n}\n}\n' }), {
+      v4: none,
+      v6: none,
+    });
   });
 });
 
@@ -52,13 +84,14 @@ describe('probeSetAddresses', () => {
   });
 });
 
+const both = (r: InPodRules) => ({ v4: r, v6: r });
 const row = (over: Partial<AuditRow>): AuditRow => ({
   namespace: 'ns',
   name: 'p',
   uid: 'u',
   intent: 'none',
   ips: ['10.242.1.5'],
-  rules: { sidecar: false, ambient: false },
+  rules: both({ sidecar: false, ambient: false }),
   annotated: false,
   inProbeSet: false,
   anyInProbeSet: false,
@@ -67,7 +100,7 @@ const row = (over: Partial<AuditRow>): AuditRow => ({
 });
 const meshedAmbient: Partial<AuditRow> = {
   intent: 'ambient',
-  rules: { sidecar: false, ambient: true },
+  rules: both({ sidecar: false, ambient: true }),
   annotated: true,
   inProbeSet: true,
   anyInProbeSet: true,
@@ -76,12 +109,12 @@ const meshedAmbient: Partial<AuditRow> = {
 
 describe('auditFailures', () => {
   it('passes pods whose facts match their intent', () => {
-    const rows = [row({}), row({ intent: 'sidecar', rules: { sidecar: true, ambient: false } }), row(meshedAmbient)];
+    const rows = [row({}), row({ intent: 'sidecar', rules: both({ sidecar: true, ambient: false }) }), row(meshedAmbient)];
     assert.deepEqual(auditFailures(rows), []);
     assert.match(auditTable(rows), /audit clean$/);
   });
   it('fails a pod that looks meshed (annotated) without its in-pod rules, as after a reboot', () => {
-    const failures = auditFailures([row({ ...meshedAmbient, rules: { sidecar: false, ambient: false } })]);
+    const failures = auditFailures([row({ ...meshedAmbient, rules: both({ sidecar: false, ambient: false }) })]);
     assert.deepEqual(failures, [
       { pod: 'ns/p', problems: ['ambient pod without in-pod rules', 'redirection annotation without in-pod rules'] },
     ]);
@@ -94,13 +127,30 @@ describe('auditFailures', () => {
   });
   it('fails a sidecar pod without its chain, and rules a pod should not have', () => {
     assert.deepEqual(auditFailures([row({ intent: 'sidecar' })])[0]?.problems, ['sidecar pod without its capture chain']);
-    assert.deepEqual(auditFailures([row({ rules: { sidecar: true, ambient: true } })])[0]?.problems, [
+    assert.deepEqual(auditFailures([row({ rules: both({ sidecar: true, ambient: true }) })])[0]?.problems, [
       'sidecar capture chain on a pod meant to be none',
       'ambient in-pod rules on a pod meant to be none',
     ]);
     assert.deepEqual(auditFailures([row({ anyInProbeSet: true, ztunnelKnows: true })])[0]?.problems, [
       'in the host probe set, meant to be none',
       'known to ztunnel, meant to be none',
+    ]);
+  });
+  it('fails a dual-stack pod captured on one family only, naming the family it bypasses on', () => {
+    const dual = ['10.242.1.5', 'fd00:10:242:1::5'];
+    const v4Only = { v4: { sidecar: true, ambient: false }, v6: { sidecar: false, ambient: false } };
+    assert.deepEqual(auditFailures([row({ intent: 'sidecar', ips: dual, rules: v4Only })])[0]?.problems, [
+      'sidecar pod without its capture chain for IPv6',
+    ]);
+    // A single-family pod is judged on its own family only.
+    assert.deepEqual(auditFailures([row({ intent: 'sidecar', rules: v4Only })]), []);
+    assert.deepEqual(auditFailures([row({ intent: 'sidecar', ips: ['fd00:10:242:1::5'], rules: v4Only })])[0]?.problems, [
+      'sidecar pod without its capture chain',
+    ]);
+    const ambientV6Only = { v4: { sidecar: false, ambient: false }, v6: { sidecar: false, ambient: true } };
+    assert.deepEqual(auditFailures([row({ ...meshedAmbient, ips: dual, rules: ambientV6Only })])[0]?.problems, [
+      'ambient pod without in-pod rules for IPv4',
+      'redirection annotation without in-pod rules for IPv4',
     ]);
   });
   it('fails a pod with no ready sandbox; a node without ztunnel does not judge ztunnel', () => {

@@ -49,6 +49,41 @@ export function inPodRules(dump: string): InPodRules {
   };
 }
 
+/** A pod's in-pod rules per address family. */
+export interface FamilyRules {
+  v4: InPodRules;
+  v6: InPodRules;
+}
+
+/** The rule dumps of one pod netns: `iptables-save` and `ip6tables-save` of both backends, and `nft list ruleset`. */
+export interface RuleDumps {
+  iptables: string;
+  ip6tables: string;
+  nft: string;
+}
+
+/**
+ * Which capture a pod netns carries for each family: iptables rules count for IPv4, ip6tables
+ * rules for IPv6, an nft table for the families it filters (`inet` both, `ip` IPv4, `ip6` IPv6).
+ */
+export function inPodRulesByFamily(dumps: RuleDumps): FamilyRules {
+  const nftTables = (families: readonly string[]) =>
+    [...dumps.nft.matchAll(/^table (\w+) (\S+) \{/gm)]
+      .filter(([, family]) => families.includes(family ?? ''))
+      .map(([line]) => line)
+      .join('\n');
+  return {
+    v4: inPodRules(`${dumps.iptables}\n${nftTables(['ip', 'inet'])}`),
+    v6: inPodRules(`${dumps.ip6tables}\n${nftTables(['ip6', 'inet'])}`),
+  };
+}
+
+/** The families a pod's addresses are of (IPv4 when it has none). */
+export function familiesOf(ips: readonly string[]): (keyof FamilyRules)[] {
+  const families = new Set(ips.map((ip) => (ip.includes(':') ? 'v6' : 'v4') as keyof FamilyRules));
+  return families.size === 0 ? ['v4'] : (['v4', 'v6'] as const).filter((f) => families.has(f));
+}
+
 const PROBE_SET = /^istio-inpod-probes-v[46]$/;
 
 /**
@@ -77,8 +112,8 @@ export interface AuditRow {
   uid: string;
   intent: MeshIntent;
   ips: readonly string[];
-  /** A ready sandbox with a reachable netns; undefined rules when none. */
-  rules: InPodRules | undefined;
+  /** Per family, for a ready sandbox with a reachable netns; undefined when none. */
+  rules: FamilyRules | undefined;
   /** `ambient.istio.io/redirection: enabled` on the pod. */
   annotated: boolean;
   /** Each of the pod's IPs is in the node's probe sets. */
@@ -95,9 +130,10 @@ export interface AuditFailure {
 }
 
 /**
- * The pods that break the bar: one that should be captured and is not, one that looks meshed
- * (the redirection annotation) without its rules or without ztunnel holding it, and one with
- * rules it should not have.
+ * The pods that break the bar: one that should be captured and is not (in any family it has an
+ * address of: a dual-stack pod captured on IPv4 only bypasses the mesh over IPv6), one that looks
+ * meshed (the redirection annotation) without its rules or without ztunnel holding it, and one
+ * with rules it should not have.
  */
 export function auditFailures(rows: readonly AuditRow[]): AuditFailure[] {
   const failures: AuditFailure[] = [];
@@ -107,11 +143,17 @@ export function auditFailures(rows: readonly AuditRow[]): AuditFailure[] {
     if (rules === undefined) {
       problems.push('no ready sandbox (netns not found)');
     } else {
-      if (row.intent === 'sidecar' && !rules.sidecar) problems.push('sidecar pod without its capture chain');
-      if (row.intent !== 'sidecar' && rules.sidecar) problems.push(`sidecar capture chain on a pod meant to be ${row.intent}`);
-      if (row.intent === 'ambient' && !rules.ambient) problems.push('ambient pod without in-pod rules');
-      if (row.intent !== 'ambient' && rules.ambient) problems.push(`ambient in-pod rules on a pod meant to be ${row.intent}`);
-      if (row.annotated && !rules.ambient) problems.push('redirection annotation without in-pod rules');
+      const families = familiesOf(row.ips);
+      // A dual-stack pod's problem names its family; a single-family pod's needs no name.
+      const of = (f: keyof FamilyRules) => (families.length > 1 ? ` for IPv${f.slice(1)}` : '');
+      const any = { sidecar: rules.v4.sidecar || rules.v6.sidecar, ambient: rules.v4.ambient || rules.v6.ambient };
+      for (const f of families) {
+        if (row.intent === 'sidecar' && !rules[f].sidecar) problems.push(`sidecar pod without its capture chain${of(f)}`);
+        if (row.intent === 'ambient' && !rules[f].ambient) problems.push(`ambient pod without in-pod rules${of(f)}`);
+        if (row.annotated && !rules[f].ambient) problems.push(`redirection annotation without in-pod rules${of(f)}`);
+      }
+      if (row.intent !== 'sidecar' && any.sidecar) problems.push(`sidecar capture chain on a pod meant to be ${row.intent}`);
+      if (row.intent !== 'ambient' && any.ambient) problems.push(`ambient in-pod rules on a pod meant to be ${row.intent}`);
     }
     if (row.intent === 'ambient') {
       if (!row.annotated) problems.push('ambient pod without the redirection annotation');
@@ -130,12 +172,13 @@ export function auditFailures(rows: readonly AuditRow[]): AuditFailure[] {
 /** One line per pod: intent against each fact, the failures last. */
 export function auditTable(rows: readonly AuditRow[]): string {
   const yes = (b: boolean | undefined) => (b === undefined ? '-' : b ? 'yes' : 'no');
-  const header = ['pod', 'intent', 'sidecar-rules', 'ambient-rules', 'annotation', 'probe-set', 'ztunnel'];
+  const header = ['pod', 'intent', 'sidecar-rules v4/v6', 'ambient-rules v4/v6', 'annotation', 'probe-set', 'ztunnel'];
+  const perFamily = (r: AuditRow, kind: keyof InPodRules) => `${yes(r.rules?.v4[kind])}/${yes(r.rules?.v6[kind])}`;
   const lines = rows.map((r) => [
     `${r.namespace}/${r.name}`,
     r.intent,
-    yes(r.rules?.sidecar),
-    yes(r.rules?.ambient),
+    perFamily(r, 'sidecar'),
+    perFamily(r, 'ambient'),
     yes(r.annotated),
     yes(r.inProbeSet),
     yes(r.ztunnelKnows),

@@ -4,6 +4,7 @@ import { createInterface } from 'node:readline';
 import { plainPod, sidecarPod } from '../../support/meshPods.ts';
 import type { Cluster } from './cluster.ts';
 import type { Containerd } from './containerd.ts';
+import type { RuleDumps } from './podAudit.ts';
 import { runCommand } from './runCommand.ts';
 
 export type PodKind = 'sidecar' | 'plain';
@@ -97,12 +98,20 @@ export async function removePod(containerd: Containerd, pod: StartedPod): Promis
 
 /** iptables (both backends) and nft rules inside the pod's netns. */
 export async function podRules(netnsPath: string): Promise<string> {
-  const out: string[] = [];
-  for (const argv of [['iptables-legacy-save'], ['iptables-nft-save'], ['nft', 'list', 'ruleset']]) {
-    const { stdout } = await runCommand(['nsenter', `--net=${netnsPath}`, '--', ...argv], { allowFailure: true });
-    out.push(stdout);
-  }
-  return out.join('\n');
+  const dumps = await podRuleDumps(netnsPath, { ipv6: false });
+  return [dumps.iptables, dumps.nft].join('\n');
+}
+
+/** Per family: iptables-save and ip6tables-save (both backends each, unless ipv6 is false), and the nft ruleset, inside the pod's netns. */
+export async function podRuleDumps(netnsPath: string, options: { ipv6?: boolean } = {}): Promise<RuleDumps> {
+  const inPod = async (argv: readonly string[]) =>
+    (await runCommand(['nsenter', `--net=${netnsPath}`, '--', ...argv], { allowFailure: true })).stdout;
+  const both = async (legacy: string, nft: string) => `${await inPod([legacy])}\n${await inPod([nft])}`;
+  return {
+    iptables: await both('iptables-legacy-save', 'iptables-nft-save'),
+    ip6tables: options.ipv6 === false ? '' : await both('ip6tables-legacy-save', 'ip6tables-nft-save'),
+    nft: await inPod(['nft', 'list', 'ruleset']),
+  };
 }
 
 export function hasSidecarCapture(rules: string): boolean {

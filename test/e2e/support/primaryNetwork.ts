@@ -20,6 +20,8 @@ export interface PrimaryNetworkOptions {
   name?: string;
   bridge?: string;
   subnet?: string;
+  /** One subnet per family, a host-local range each (a dual-stack pod gets an address of each); overrides `subnet`. */
+  subnets?: readonly string[];
   fileName?: string;
   /** Masquerade traffic leaving the subnet (default true); a routed multi-node cluster turns it off. */
   ipMasq?: boolean;
@@ -36,7 +38,9 @@ export function writePrimaryNetwork(options: PrimaryNetworkOptions): PrimaryNetw
   mkdirSync(options.ipamDataDir, { recursive: true });
   const name = options.name ?? 'e2e-primary';
   const bridge = options.bridge ?? 'e2ebr0';
-  const subnet = options.subnet ?? '10.244.250.0/24';
+  const subnets = options.subnets ?? [options.subnet ?? '10.244.250.0/24'];
+  const subnet = subnets[0] ?? '';
+  const defaultRoute = (cidr: string) => ({ dst: cidr.includes(':') ? '::/0' : '0.0.0.0/0' });
   const conflist = {
     cniVersion: options.cniVersion ?? '1.0.0',
     name,
@@ -47,7 +51,12 @@ export function writePrimaryNetwork(options: PrimaryNetworkOptions): PrimaryNetw
         isGateway: true,
         ipMasq: options.ipMasq ?? true,
         hairpinMode: true,
-        ipam: { type: 'host-local', ranges: [[{ subnet }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: options.ipamDataDir },
+        ipam: {
+          type: 'host-local',
+          ranges: subnets.map((s) => [{ subnet: s }]),
+          routes: subnets.map(defaultRoute),
+          dataDir: options.ipamDataDir,
+        },
       },
       { type: 'portmap', capabilities: { portMappings: true } },
     ],
