@@ -6,7 +6,7 @@ import { createJsonLogger, type HandoffRequest } from '@istio-cni/handoff';
 import { Registry } from 'prom-client';
 import { createAgentMetrics } from '../src/agent/agentMetrics.ts';
 import { createConcurrencyLimiter } from '../src/agent/concurrencyLimiter.ts';
-import { createNodeAgentHandler, type NodeAgentDeps, type SidecarCapture } from '../src/agent/nodeAgentHandler.ts';
+import { ADOPTED_KEY_PREFIX, createNodeAgentHandler, type NodeAgentDeps, type SidecarCapture } from '../src/agent/nodeAgentHandler.ts';
 import { ObjectStore, type ClusterView, type KubeReader } from '../src/kube/clusterView.ts';
 
 const logger = createJsonLogger({ scope: 'test', threshold: 'none', sink: () => {} });
@@ -321,6 +321,23 @@ describe('node agent CHECK, GC, STATUS, DEL', () => {
     const gc = await handler.handle({ ...request('GC', '', ''), validAttachments: [{ containerId: 'ctr-a', ifName: 'eth0' }] });
     assert.equal('verdict' in gc && gc.reason, 'dropped 1 stale attachment(s)');
     assert.deepEqual([...handler.attachments().keys()], ['ctr-a/eth0']);
+  });
+
+  it('GC keeps adopted attachments (no container ID names them: pod deletion drops them); forget drops one', async () => {
+    const h = harness({ pods: [sidecarPod('a')] });
+    const handler = createNodeAgentHandler(h.deps);
+    await handler.handle(request('ADD', 'default', 'a'));
+    handler.adopt(`${ADOPTED_KEY_PREFIX}uid-b`, {
+      namespace: 'default',
+      name: 'b',
+      uid: 'uid-b',
+      netns: '/host/proc/9/ns/net',
+      mode: 'sidecar',
+    });
+    await handler.handle({ ...request('GC', '', ''), validAttachments: [] });
+    assert.deepEqual([...handler.attachments().keys()], [`${ADOPTED_KEY_PREFIX}uid-b`]);
+    handler.forget(`${ADOPTED_KEY_PREFIX}uid-b`);
+    assert.equal(handler.attachments().size, 0);
   });
 
   it('STATUS is 50 with the reason until ready', async () => {

@@ -36,6 +36,32 @@ const targets = (n: number): VerificationTarget[] => Array.from({ length: n }, (
 const missing: Drift = { kind: 'rules_missing', detail: 'ipv4 nat ISTIO_OUTPUT: chain missing' };
 
 describe('verification loop', () => {
+  it('prepares before each pass and each verifyNow (targets it adds are checked in that pass); a failed preparation is logged, the pass goes on', async () => {
+    const log = captureLogger();
+    const keys: string[] = [];
+    let prepared = 0;
+    const loop = createVerificationLoop({
+      intervalMs: 0,
+      reportOnly: false,
+      prepare: async () => {
+        prepared++;
+        if (prepared === 2) throw new Error('procfs gone');
+      },
+      targets: () => targets(prepared),
+      verify: async (t) => {
+        keys.push(t.key);
+        return { status: 'ok' };
+      },
+      logger: log.logger,
+      drift: counter(),
+    });
+    await loop.verifyNow();
+    assert.deepEqual(keys, ['c0/eth0']);
+    await loop.verifyNow();
+    assert.equal(keys.length, 3, 'the pass after a failed preparation still ran');
+    assert.ok(log.lines.some((l) => l.level === 'error' && String(l.error).includes('procfs gone')));
+  });
+
   it('spreads one pass over the interval: each pod in its own slot, a jittered start, then the next pass', async () => {
     const clock = fakeClock();
     const seen: { pod: string; at: number }[] = [];

@@ -382,7 +382,7 @@ for (const family of FAMILIES) {
       assert.equal(report.exitCode, 0, `doctor exits 0 once repaired:\n${report.stdout}${report.stderr}`);
     });
 
-    it('6 degraded mode: with node 2 agent kept down, a sidecar pod started there is captured on every family by the plugin alone', {
+    it("6 degraded mode: with node 2 agent kept down, a sidecar pod started there is captured on every family by the plugin alone; the agent back, it repairs that pod's IPv6 rules", {
       timeout: 300_000,
     }, async () => {
       const node2 = nodeAt(1);
@@ -421,7 +421,29 @@ for (const family of FAMILIES) {
         await killing;
       }
       assert.ok(kills > 0, 'the agent was stopped');
+      // Back, the agent takes the pod the plugin captured alone into verification: its IPv6 rules
+      // flushed, it repairs them.
       await agentOn(node2);
+      const degraded = await getPod('sidecar-degraded');
+      await waitFor(
+        "node 2's audit clean once its agent is back",
+        async () => (auditFailures(await audit(node2)).length === 0 ? true : undefined),
+        REPAIR_WAIT_MS,
+        async () => auditTable(await audit(node2)),
+      );
+      const since = Date.now();
+      await flushV6(node2, degraded);
+      const [line] = await waitFor(
+        "node 2's verifier repairing the pod captured in degraded mode",
+        async () => {
+          const lines = await driftLinesOn(node2, `${NS}/sidecar-degraded`, since);
+          return lines.length > 0 ? lines : undefined;
+        },
+        REPAIR_WAIT_MS,
+      );
+      assert.equal(line?.action, 'repaired');
+      assert.match(JSON.stringify(line?.drift), /ipv6 nat ISTIO_/);
+      assert.ok((await rulesOf(node2, degraded)).v6.sidecar, 'its IPv6 capture is back');
     });
   });
 }

@@ -82,7 +82,14 @@ export interface NodeAgentHandler {
   attachments(): ReadonlyMap<string, Readonly<TrackedAttachment>>;
   /** The pod's attachments that named `from` name the pod's new sandbox netns `to` from now on. */
   moveAttachment(uid: string, from: string, to: { netns: string; inode: number }): void;
+  /** Tracks a pod no ADD reached this agent for under `key` (an `ADOPTED_KEY_PREFIX` key; see sidecarAdoption.ts). */
+  adopt(key: string, a: TrackedAttachment): void;
+  /** Stops tracking `key`. */
+  forget(key: string): void;
 }
+
+/** Keys of adopted attachments: no container ID is known for them, so CNI GC's valid list cannot name them; pod deletion drops them. */
+export const ADOPTED_KEY_PREFIX = 'adopted/';
 
 /**
  * Decides and programs each plugin hand-off (upstream `CmdAdd` order): local skips, the pod from the
@@ -227,7 +234,7 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
     const valid = new Set((request.validAttachments ?? []).map((a) => attachmentKey(a.containerId, a.ifName)));
     let dropped = 0;
     for (const key of attachments.keys()) {
-      if (!valid.has(key)) {
+      if (!valid.has(key) && !key.startsWith(ADOPTED_KEY_PREFIX)) {
         attachments.delete(key);
         dropped++;
       }
@@ -248,6 +255,13 @@ export function createNodeAgentHandler(deps: NodeAgentDeps): NodeAgentHandler {
         moved++;
       }
       if (moved > 0) changed();
+    },
+    adopt(key, a) {
+      attachments.set(key, a);
+      changed();
+    },
+    forget(key) {
+      if (attachments.delete(key)) changed();
     },
     async handle(request) {
       const log = deps.logger.with({ pod: `${request.pod.namespace}/${request.pod.name}`, containerID: request.containerId });

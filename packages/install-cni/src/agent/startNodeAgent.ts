@@ -26,6 +26,7 @@ import type { HandoffHandler } from './handoffServer.ts';
 import { createNodeAgentHandler } from './nodeAgentHandler.ts';
 import type { DaemonState, DoctorPod } from '../doctor/doctorReport.ts';
 import { createPodVerifier } from './podVerifier.ts';
+import { createSidecarAdoption } from './sidecarAdoption.ts';
 import { createSandboxRelocator } from './sandboxRelocator.ts';
 import { createVerificationLoop, type VerificationLoop, type VerificationTarget, type VerifyOutcome } from './verificationLoop.ts';
 
@@ -156,9 +157,20 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     move: (uid, from, to) => handler.moveAttachment(uid, from, to),
   });
   const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy, netnsInode, relocate });
+  const adoptSidecarPods = createSidecarAdoption({
+    view: cluster.view,
+    policy,
+    ambient: ambientPolicy,
+    attachments: () => handler.attachments(),
+    locate: (uid, ips) => relocate.locate(uid, ips),
+    adopt: (key, a) => handler.adopt(key, a),
+    forget: (key) => handler.forget(key),
+    logger: options.logger.with({ component: 'verify' }),
+  });
   const verification = createVerificationLoop({
     intervalMs: options.verifyIntervalMs ?? 60_000,
     reportOnly: options.verifyReportOnly === true,
+    prepare: adoptSidecarPods,
     // Ambient pods are checked by the ambient verifier (whether enrolled by ADD or by the informers).
     targets: (): VerificationTarget[] => [
       ...[...handler.attachments()].filter(([, a]) => a.mode !== 'ambient').map(([key, a]) => ({ key, pod: `${a.namespace}/${a.name}` })),

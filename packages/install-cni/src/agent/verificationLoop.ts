@@ -58,6 +58,8 @@ export interface VerificationLoopOptions {
   /** VERIFY_REPORT_ONLY: log and count drift, change nothing. */
   reportOnly: boolean;
   targets(): VerificationTarget[];
+  /** Runs before each pass and each `verifyNow` (e.g. takes pods no ADD reached into the targets); a failure is logged, the pass goes on. */
+  prepare?: () => Promise<unknown>;
   verify(target: VerificationTarget): Promise<VerifyOutcome>;
   logger: Logger;
   drift: DriftCounter;
@@ -193,8 +195,17 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
     for (const key of results.keys()) if (!live.has(key)) results.delete(key);
   }
 
+  async function prepare(): Promise<void> {
+    try {
+      await options.prepare?.();
+    } catch (err) {
+      options.logger.error('preparing the verification pass failed', { error: errorMessage(err) });
+    }
+  }
+
   async function pass(): Promise<void> {
     const start = clock.now();
+    await prepare();
     const targets = options.targets();
     forget(targets);
     const slot = options.intervalMs / Math.max(targets.length, 1);
@@ -230,6 +241,7 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
       await Promise.allSettled([...inFlight.values()]);
     },
     async verifyNow(select) {
+      await prepare();
       const targets = options.targets();
       if (select === undefined) forget(targets);
       const out: PodVerification[] = [];
