@@ -19,7 +19,7 @@ import { driftLines, runDoctor } from './agentDiagnostics.ts';
 import { collectAudit, podNetnsPaths } from './audit.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { clusterAddressing, type FamilyPlan, ipFamily, type IpFamily, SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
-import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
+import { bringUp, clusterNode, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
@@ -57,11 +57,7 @@ for (const family of FAMILIES) {
     let cluster: LocalCluster;
     const ztunnels = new Map<string, FakeZtunnel>();
     const api = () => cluster.controlPlane.api;
-    const nodeAt = (i: number): RunningNode => {
-      const n = cluster.nodes[i];
-      assert.ok(n !== undefined, `node ${i + 1}`);
-      return n;
-    };
+    const nodeAt = (i: number): RunningNode => clusterNode(cluster, i);
     const getPod = (name: string, namespace = NS) => api().must<DualPod>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
     const waitPod = (name: string, namespace = NS, timeoutMs = 120_000) =>
       waitFor(

@@ -40,6 +40,13 @@ export interface LocalCluster {
   kubeconfig: string;
 }
 
+/** The cluster's node `index` (0-based); fails naming it when the cluster has fewer. */
+export function clusterNode(cluster: LocalCluster, index: number): RunningNode {
+  const node = cluster.nodes[index];
+  if (node === undefined) throw new Error(`node ${index + 1} of ${cluster.nodes.length}`);
+  return node;
+}
+
 /**
  * Brings the cluster up and installs the chart; throws (leaving `.cluster/state.json` for `make
  * down`) when any step fails.

@@ -21,7 +21,7 @@ import { runCommand } from '../support/runCommand.ts';
 import { type DriftLine, driftLines, runDoctor } from './agentDiagnostics.ts';
 import { SIDECAR_STATUS } from './examples.ts';
 import { SUITE_IMAGE, SUITE_IMAGE_ARCHIVE } from './layout.ts';
-import { bringUp, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
+import { bringUp, clusterNode, DAEMONSET, describeNamespace, type LocalCluster } from './localCluster.ts';
 import { nodePrivateDir, nodeProcPath, type RunningNode, runningContainerProcPath } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
@@ -49,11 +49,7 @@ for (const backend of BACKENDS)
     let cluster: LocalCluster;
     let ztunnel: FakeZtunnel | undefined;
     const api = () => cluster.controlPlane.api;
-    const node = (): RunningNode => {
-      const n = cluster.nodes[0];
-      assert.ok(n !== undefined);
-      return n;
-    };
+    const node = (): RunningNode => clusterNode(cluster, 0);
 
     const agent = async (): Promise<Pod> =>
       waitFor(
