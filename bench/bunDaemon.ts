@@ -25,7 +25,7 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startCluster } from '../test/e2e/support/cluster.ts';
-import { freePort } from '../test/e2e/support/freePort.ts';
+import { freePort } from '../test/support/freePort.ts';
 import { DIST, REPO_ROOT } from '../test/support/daemonProcess.ts';
 import type { AmbientBenchResult } from './ambient.ts';
 import { bounded, median, timeProcess } from './measure.ts';

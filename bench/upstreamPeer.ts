@@ -27,7 +27,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findObject, parseManifest, DEFAULT_MANIFEST, RELEASE_NAMESPACE } from '../test/e2e/support/chart.ts';
 import { startCluster, type Cluster } from '../test/e2e/support/cluster.ts';
-import { freePort } from '../test/e2e/support/freePort.ts';
+import { freePort } from '../test/support/freePort.ts';
 import { REPO_ROOT } from '../test/e2e/support/rigPaths.ts';
 import { median, timeProcess } from './measure.ts';
 import { addPodNetns } from '../test/support/addPodNetns.ts';

@@ -1,3 +1,4 @@
+import { freePort } from './freePort.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -52,15 +53,7 @@ export function makeHostRoot(): HostRoot {
   return root;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const srv = createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === 'object' && addr ? resolvePort(addr.port) : reject(new Error('no port'))));
-    });
-  });
-}
+export { freePort };
 
 export interface DaemonProcess {
   child: ChildProcess;

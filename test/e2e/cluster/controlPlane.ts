@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort } from '../support/freePort.ts';
+import { freePort } from '../../support/freePort.ts';
 import { makeKubeClient, type KubeClient } from '../support/kubeClient.ts';
 import { makeClientCertificate, makeClusterPki, type ClusterPki } from '../support/pki.ts';
 import { rigBinary } from '../support/rigPaths.ts';

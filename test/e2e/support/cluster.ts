@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './freePort.ts';
+import { freePort } from '../../support/freePort.ts';
 import { makeKubeClient, type KubeClient } from './kubeClient.ts';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
 import { makeClusterPki } from './pki.ts';

@@ -5,7 +5,7 @@ import { parse as parseYaml } from 'yaml';
 import { findObject, RELEASE_NAMESPACE, type KubeObject } from './chart.ts';
 import type { Cluster } from './cluster.ts';
 import type { Containerd } from './containerd.ts';
-import { freePort } from './freePort.ts';
+import { freePort } from '../../support/freePort.ts';
 import { startManagedProcess, waitFor, type ManagedProcess } from './managedProcess.ts';
 import { writeProjectedVolume } from './projectedVolume.ts';
 import { REPO_ROOT } from './rigPaths.ts';
