@@ -78,6 +78,25 @@ for (const backend of [
       pod = replaced;
     });
 
+    it('same IP, old netns kept at its path (still carrying the address): the new netns captured, the old one untouched', async () => {
+      // A pod of its own, whose attachment names the runtime's netns path (a bind mount kept alive).
+      const other = await v.node.addPod(NS, 'web-1', 6);
+      v.rig.api.upsertPod(object(other));
+      const res = await v.rig.exec('ADD', object(other), attachmentOf(other));
+      assert.equal(res.code, 0, `ADD: ${res.stdout}${res.stderr}`);
+      const oldRules = await netnsRuleset(other.netns.path);
+      const replaced = await v.node.replaceSandbox(other, { keepOld: true });
+      const line = await v.driftLine(
+        `${NS}/${other.name}`,
+        'netns_replaced',
+        undefined,
+        /still names inode \d+, where the pod no longer runs/,
+      );
+      assert.equal(line.action, 'repaired', JSON.stringify(line));
+      await until('the new netns captured', async () => (await netnsRuleset(replaced.netns.path)) === oldRules);
+      assert.equal(await netnsRuleset(other.netns.path), oldRules, 'the old netns is not touched');
+    });
+
     it('new IP, old netns kept: captured once the new netns carries an address of the pod; the old netns untouched', async () => {
       const old = pod;
       const oldRules = await netnsRuleset(old.netns.path);
@@ -88,6 +107,6 @@ for (const backend of [
       v.rig.api.upsertPod(object(replaced));
       await until('the new netns captured', async () => (await netnsRuleset(replaced.netns.path)) === programmed);
       assert.equal(await netnsRuleset(old.netns.path), oldRules, 'the old netns is not touched');
-      assert.equal(await v.driftCount('netns_replaced', 'repaired'), 2);
+      assert.equal(await v.driftCount('netns_replaced', 'repaired'), 3);
     });
   });

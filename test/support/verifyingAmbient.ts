@@ -23,7 +23,8 @@ export interface VerifyingAmbient {
   /** `istio_cni_drift_total{kind,action}` now. */
   driftCount(kind: string, action: string): Promise<number>;
   /** The first 'pod drifted from its plan' line of `pod` (`namespace/name`) naming drift `kind` (and with `action`). */
-  driftLine(pod: string, kind: string, action?: string): Promise<Record<string, unknown>>;
+  /** The first drift line for the pod of that kind (and action; its drift matching `detail`), logged or to come. */
+  driftLine(pod: string, kind: string, action?: string, detail?: RegExp): Promise<Record<string, unknown>>;
   close(): Promise<void>;
 }
 
@@ -90,13 +91,14 @@ export async function startVerifyingAmbient(ns: string, env: Record<string, stri
           .find((l) => l.startsWith('istio_cni_drift_total{') && l.includes(`kind="${kind}"`) && l.includes(`action="${action}"`));
         return line === undefined ? 0 : Number(line.split(' ').at(-1));
       },
-      driftLine: (podName, kind, action) =>
+      driftLine: (podName, kind, action, detail) =>
         r.daemon.waitForLog(
           (e) =>
             e.msg === 'pod drifted from its plan' &&
             e.pod === podName &&
             JSON.stringify(e.drift).includes(`"${kind}"`) &&
-            (action === undefined || e.action === action),
+            (action === undefined || e.action === action) &&
+            (detail === undefined || detail.test(JSON.stringify(e.drift))),
           30_000,
         ),
       close,

@@ -93,6 +93,8 @@ describe('sidecar adoption (pods no ADD reached the agent for)', () => {
     assert.equal(await h.adopt(), 1);
     assert.deepEqual([...h.attachments.keys()], [`${ADOPTED_KEY_PREFIX}uid-c`]);
     assert.ok(h.log.lines.some((l) => l.level === 'warn' && l.pod === 'default/a' && String(l.error).includes('procfs unreadable')));
+    await h.adopt();
+    assert.equal(h.log.lines.filter((l) => l.level === 'warn').length, 1, 'a search failing again is not logged again');
   });
 
   it('drops an adopted attachment once its pod leaves the API; attachments from an ADD stay', async () => {

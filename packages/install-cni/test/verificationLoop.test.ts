@@ -371,6 +371,40 @@ describe('pod verifier', () => {
     }
   });
 
+  it('the saved netns still there while the pod runs in another one carrying its address: captured there, the old one never entered', async () => {
+    const moves: string[] = [];
+    const relocate: SandboxRelocator = {
+      locate: async () => ({ netns: '/host/proc/4242/ns/net', inode: 4026533000 }),
+      moved: (a, to) => moves.push(`${a.netns} -> ${to.netns}`),
+    };
+    const { verify, calls } = verifier(sidecar(), {}, { '/var/run/netns/web': 4026532100 }, relocate);
+    const out = await verify({ ...attachment, netnsInode: 4026532100 });
+    assert.ok(out.status === 'drift' && out.repair !== undefined);
+    assert.deepEqual(
+      out.drift.map((d) => d.kind),
+      ['netns_replaced'],
+    );
+    assert.match(out.drift[0]?.detail ?? '', /still names inode 4026532100, where the pod no longer runs/);
+    assert.deepEqual(calls, []);
+    await out.repair();
+    assert.deepEqual(calls, ['repair web /host/proc/4242/ns/net']);
+    assert.deepEqual(moves, ['/var/run/netns/web -> /host/proc/4242/ns/net']);
+    // The pod runs where its attachment says (the search finds nothing else): inspected as always.
+    const here = verifier(
+      sidecar(),
+      {},
+      { '/var/run/netns/web': 4026532100 },
+      { locate: async () => undefined, moved: () => assert.fail() },
+    );
+    assert.equal((await here.verify({ ...attachment, netnsInode: 4026532100 })).status, 'drift');
+    assert.deepEqual(here.calls, ['inspect web /var/run/netns/web 10.0.0.5']);
+    // A search that fails (no readable procfs) leaves the saved netns verified as before.
+    const failing: SandboxRelocator = { locate: async () => Promise.reject(new Error('ENOENT: /host/proc')), moved: () => assert.fail() };
+    const blind = verifier(sidecar(), {}, { '/var/run/netns/web': 4026532100 }, failing);
+    assert.equal((await blind.verify({ ...attachment, netnsInode: 4026532100 })).status, 'drift');
+    assert.deepEqual(blind.calls, ['inspect web /var/run/netns/web 10.0.0.5']);
+  });
+
   it('a sandbox not found elsewhere keeps the old answers; a failed search is unverifiable; other modes never search', async () => {
     const nowhere: SandboxRelocator = { locate: async () => undefined, moved: () => assert.fail('nothing moved') };
     const gone = verifier(sidecar(), {}, {}, nowhere);

@@ -75,7 +75,12 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
     ips: readonly string[],
     was: number | undefined,
   ): VerifyOutcome => {
-    const before = was === undefined ? `${a.netns} is gone` : `${a.netns} now names inode ${was}`;
+    const before =
+      was === undefined
+        ? `${a.netns} is gone`
+        : was === a.netnsInode
+          ? `${a.netns} still names inode ${was}, where the pod no longer runs`
+          : `${a.netns} now names inode ${was}`;
     const detail = `the pod's sandbox was replaced with no ADD: it runs in inode ${to.inode} (${to.netns}); ${before}, was inode ${a.netnsInode}`;
     return {
       status: 'drift',
@@ -121,6 +126,13 @@ export function createPodVerifier(deps: PodVerifierDeps): (a: VerifiableAttachme
         const detail = `${a.netns} is no longer the network namespace the pod was added with (inode ${inode}, was ${a.netnsInode}): not inspected, never repaired`;
         return { status: 'drift', drift: [{ kind: 'netns_replaced', detail }] };
       }
+    }
+    if (a.mode === 'sidecar' && a.netnsInode !== undefined && deps.relocate !== undefined) {
+      // The saved netns kept alive (a bind mount nobody removed) while the pod's sandbox was re-created
+      // elsewhere with its old address: checking the old one alone would never see the new one uncaptured.
+      // A search that fails (no readable procfs) leaves the saved netns to be verified as before.
+      const elsewhere = await deps.relocate.locate(a.uid, ips).catch(() => undefined);
+      if (elsewhere !== undefined) return relocated(a, pod, elsewhere, ips, a.netnsInode);
     }
     let drift: Drift[];
     try {

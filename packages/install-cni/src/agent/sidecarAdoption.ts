@@ -40,6 +40,8 @@ function settled(pod: Pod): boolean {
  * each verification pass; returns how many pods it adopted.
  */
 export function createSidecarAdoption(deps: SidecarAdoptionDeps): () => Promise<number> {
+  /** Pods whose failed search was logged: once until a search for them succeeds. */
+  const warned = new Set<string>();
   return async () => {
     const pods = deps.view.listPods();
     const live = new Set(pods.map((p) => p.metadata.uid));
@@ -66,12 +68,15 @@ export function createSidecarAdoption(deps: SidecarAdoptionDeps): () => Promise<
       try {
         found = await deps.locate(uid, ips);
       } catch (err) {
-        deps.logger.warn('could not look for the netns of a sidecar pod this agent did not add', {
-          pod: `${namespace}/${name}`,
-          error: errorMessage(err),
-        });
+        if (!warned.has(uid))
+          deps.logger.warn('could not look for the netns of a sidecar pod this agent did not add', {
+            pod: `${namespace}/${name}`,
+            error: errorMessage(err),
+          });
+        warned.add(uid);
         continue;
       }
+      warned.delete(uid);
       if (found === undefined) continue;
       deps.adopt(`${ADOPTED_KEY_PREFIX}${uid}`, {
         namespace,

@@ -155,6 +155,8 @@ export function startNodeAgent(options: NodeAgentOptions): NodeAgent {
     runner,
     attachments: () => handler.attachments(),
     move: (uid, from, to) => handler.moveAttachment(uid, from, to),
+    // Every sidecar pod asks each pass: one procfs scan serves half an interval (1–30 s).
+    scanTtlMs: Math.min(30_000, Math.max(1_000, (options.verifyIntervalMs ?? 60_000) / 2)),
   });
   const verifyPod = createPodVerifier({ view: cluster.view, capture, policy, ambient: ambientPolicy, netnsInode, relocate });
   const adoptSidecarPods = createSidecarAdoption({
