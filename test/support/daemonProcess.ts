@@ -1,7 +1,6 @@
 import { freePort } from './freePort.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type LogEntry, watchDaemonLog } from './watchDaemonLog.ts';
