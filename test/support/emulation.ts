@@ -1,0 +1,81 @@
+/**
+ * Runs an executable built for another CPU architecture on this machine: a linux/arm64 executable
+ * on an x86-64 host goes through qemu's user-mode emulator (Debian package qemu-user-static), with
+ * Debian's arm64 cross libraries (libc6-arm64-cross, libstdc++6-arm64-cross) as its dynamic loader's
+ * root. One place for the build (scripts/build.ts runs the arm64 executables at build time) and the
+ * tests that run them (the arm64 tier).
+ *
+ * The emulator is named on the command line rather than through binfmt_misc: nothing on the host is
+ * registered or changed, and a host without binfmt_misc mounted runs them all the same. What follows:
+ * an emulated process that execs another arm64 executable fails (the kernel cannot run it itself);
+ * the host tools it execs (iptables, nft, ...) are x86-64 and run natively.
+ */
+import { closeSync, existsSync, openSync, readSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+
+export type Arch = 'x64' | 'arm64';
+
+/** The ELF e_machine values of the architectures we build for. */
+const ELF_MACHINE: Record<number, Arch> = { 62: 'x64', 183: 'arm64' };
+
+/** The emulator and its library root per foreign architecture. */
+const EMULATORS: Record<Arch, { emulators: string[]; sysroot: string; loader: string; debianPackages: string } | undefined> = {
+  x64: undefined,
+  arm64: {
+    emulators: ['qemu-aarch64-static', 'qemu-aarch64'],
+    sysroot: '/usr/aarch64-linux-gnu',
+    loader: 'lib/ld-linux-aarch64.so.1',
+    debianPackages: 'qemu-user-static, libc6-arm64-cross, libstdc++6-arm64-cross',
+  },
+};
+
+/** The architecture an ELF executable was built for, from its header; undefined for anything else. */
+export function elfArch(file: string): Arch | undefined {
+  const header = Buffer.alloc(20);
+  const fd = openSync(file, 'r');
+  try {
+    if (readSync(fd, header, 0, header.length, 0) < header.length) return undefined;
+  } finally {
+    closeSync(fd);
+  }
+  if (header.readUInt32BE(0) !== 0x7f454c46) return undefined;
+  return ELF_MACHINE[header.readUInt16LE(18)];
+}
+
+function onPath(name: string): string | undefined {
+  for (const dir of (process.env.PATH ?? '').split(delimiter).concat(['/usr/bin', '/usr/local/bin'])) {
+    if (dir !== '' && existsSync(join(dir, name))) return join(dir, name);
+  }
+  return undefined;
+}
+
+/** How this machine runs an executable of `arch`: the argv prefix, or why it cannot. */
+export type Launcher = { prefix: string[]; emulated: boolean } | { missing: string };
+
+export function launcherFor(arch: Arch): Launcher {
+  if (arch === hostArch()) return { prefix: [], emulated: false };
+  const emulation = EMULATORS[arch];
+  if (emulation === undefined) return { missing: `no emulator known for ${arch} on ${hostArch()}` };
+  const emulator = emulation.emulators.map(onPath).find((p) => p !== undefined);
+  const loader = join(emulation.sysroot, emulation.loader);
+  if (emulator === undefined || !existsSync(loader))
+    return {
+      missing: `running ${arch} executables needs ${emulation.emulators[0]} and ${loader} (Debian packages ${emulation.debianPackages}; sudo make setup installs them)`,
+    };
+  return { prefix: [emulator, '-L', emulation.sysroot], emulated: true };
+}
+
+export function hostArch(): Arch {
+  if (process.arch === 'x64' || process.arch === 'arm64') return process.arch;
+  throw new Error(`unsupported host architecture ${process.arch}`);
+}
+
+/** The argv that runs `file` with `args` on this machine (through the emulator for a foreign executable). */
+export function launchArgv(file: string, args: readonly string[] = []): [string, ...string[]] {
+  // A bare name is a host tool looked up on PATH: native.
+  const arch = file.includes('/') ? elfArch(file) : undefined;
+  if (arch === undefined) return [file, ...args];
+  const launcher = launcherFor(arch);
+  if ('missing' in launcher) throw new Error(`${file}: ${launcher.missing}`);
+  return [...launcher.prefix, file, ...args] as [string, ...string[]];
+}
