@@ -9,15 +9,22 @@ import {
   readNftGolden,
   trimmed,
 } from '../../packages/install-cni/test/istioIptablesHarness.ts';
-import { DAEMON as EXECUTABLE } from '../support/daemonProcess.ts';
+import { DAEMON as EXECUTABLE, EMULATION_SKIP } from '../support/daemonProcess.ts';
+import { launchArgv } from '../support/emulation.ts';
 
-function run(args: readonly string[], env: Record<string, string> = {}) {
-  const result = spawnSync(EXECUTABLE, ['istio-iptables', ...args], {
+/** Runs the executable under test (through its emulator when it is another architecture's). */
+function runDaemon(args: readonly string[], env: Record<string, string> = {}) {
+  const [command, ...argv] = launchArgv(EXECUTABLE, args);
+  const result = spawnSync(command, argv, {
     encoding: 'utf8',
     env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', ENABLE_INBOUND_IPV6: 'false', ...env },
     timeout: 20_000,
   });
   return { stdout: result.stdout, stderr: result.stderr, status: result.status };
+}
+
+function run(args: readonly string[], env: Record<string, string> = {}) {
+  return runDaemon(['istio-iptables', ...args], env);
 }
 
 function missingOrStale(): string | undefined {
@@ -29,6 +36,7 @@ function missingOrStale(): string | undefined {
 
 /** Run on its own, a missing or stale build skips; `make test` builds first and sets ISTIO_CNI_REQUIRE_DIST=1, so there it fails. */
 function skipReason(): string | false {
+  if (EMULATION_SKIP) return EMULATION_SKIP;
   const why = missingOrStale();
   if (why === undefined) return false;
   if (process.env.ISTIO_CNI_REQUIRE_DIST === '1') throw new Error(`${why} (ISTIO_CNI_REQUIRE_DIST=1)`);
@@ -36,6 +44,15 @@ function skipReason(): string | false {
 }
 
 const skip = skipReason();
+
+test('dist/install-cni --help lists its options and commands, and exits 0', { skip }, () => {
+  const help = runDaemon(['--help']);
+  assert.equal(help.status, 0, help.stderr);
+  assert.match(help.stdout, /^Usage: install-cni \[options\] \[command\]/);
+  for (const command of ['install-binaries', 'istio-iptables', 'check-runtime', 'doctor'])
+    assert.match(help.stdout, new RegExp(`\\n  ${command} `));
+  assert.equal(help.stderr, '');
+});
 
 test('dist/install-cni istio-iptables --dry-run prints the golden documents', { skip }, () => {
   const out = run(['--dry-run', '-b', '32000,31000', '-m', 'TPROXY']);

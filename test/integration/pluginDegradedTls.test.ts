@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { PLUGIN_KUBECONFIG } from '@istio-cni/handoff';
 import { buildKubeconfig } from '../../packages/install-cni/src/installer/kubeconfig.ts';
-import { PLUGIN } from '../support/daemonProcess.ts';
+import { EMULATION_SKIP, PLUGIN } from '../support/daemonProcess.ts';
 import { execPlugin, type ExecResult } from '../support/execPlugin.ts';
 import { missingHostTool } from '../support/hostTools.ts';
 
@@ -64,7 +64,9 @@ function json(res: ExecResult): Record<string, unknown> {
   }
 }
 
-describe('plugin degraded mode over HTTPS (kubeconfig CA and token)', { skip: missingHostTool('kernel') || false }, () => {
+describe('plugin degraded mode over HTTPS (kubeconfig CA and token)', {
+  skip: EMULATION_SKIP || missingHostTool('kernel') || false,
+}, () => {
   let dir: string;
   let server: Server;
   let port: number;

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SUPPORTED_VERSIONS } from '@istio-cni/cni';
-import { PLUGIN, makeHostRoot, startDaemon, type DaemonProcess, type HostRoot } from '../support/daemonProcess.ts';
+import { EMULATION_SKIP, PLUGIN, makeHostRoot, startDaemon, type DaemonProcess, type HostRoot } from '../support/daemonProcess.ts';
 import { execPlugin, type ExecResult } from '../support/execPlugin.ts';
 import { startFakeKubeApi, type FakeKubeApi } from '../support/fakeKubeApi.ts';
 import { referencePluginsSkip } from '../support/hostTools.ts';
@@ -71,7 +71,10 @@ let root: HostRoot;
 let daemon: DaemonProcess;
 let api: FakeKubeApi;
 
+const skip = EMULATION_SKIP;
+
 before(async () => {
+  if (skip) return;
   root = makeHostRoot();
   api = await startFakeKubeApi();
   api.upsertNamespace({ metadata: { name: 'default' } });
@@ -86,7 +89,7 @@ after(async () => {
   root?.remove();
 });
 
-describe('istio-cni VERSION', () => {
+describe('istio-cni VERSION', { skip }, () => {
   for (const v of SUPPORTED_VERSIONS) {
     it(`[${v}] answers supportedVersions locally`, async () => {
       const res = await execPlugin(PLUGIN, { CNI_COMMAND: 'VERSION' }, JSON.stringify({ cniVersion: v }));
@@ -104,7 +107,7 @@ describe('istio-cni VERSION', () => {
   });
 });
 
-describe('istio-cni with the agent running (every command × version)', () => {
+describe('istio-cni with the agent running (every command × version)', { skip }, () => {
   for (const v of SUPPORTED_VERSIONS) {
     it(`[${v}] ADD without prevResult prints an empty result of that version`, async () => {
       const res = await execPlugin(PLUGIN, env('ADD'), JSON.stringify(istioConf(v, root.runDir)));
@@ -151,7 +154,7 @@ describe('istio-cni with the agent running (every command × version)', () => {
   });
 });
 
-describe('istio-cni without the agent', () => {
+describe('istio-cni without the agent', { skip }, () => {
   const noAgentDir = mkdtempSync(join(tmpdir(), 'istio-cni-noagent-'));
   after(() => rmSync(noAgentDir, { recursive: true, force: true }));
 
@@ -192,7 +195,7 @@ describe('istio-cni without the agent', () => {
   });
 });
 
-describe('istio-cni malformed input corpus (exec level)', () => {
+describe('istio-cni malformed input corpus (exec level)', { skip }, () => {
   for (const c of malformedCorpus) {
     it(`${c.name} → code ${c.code}`, async () => {
       const res = await execPlugin(PLUGIN, c.env, c.stdin);
@@ -201,7 +204,7 @@ describe('istio-cni malformed input corpus (exec level)', () => {
   }
 });
 
-describe('istio-cni pass-through of real prevResults', { skip: referencePluginsSkip }, () => {
+describe('istio-cni pass-through of real prevResults', { skip: skip || referencePluginsSkip }, () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'istio-cni-ipam-'));
   const namespaces: NamedNetns[] = [];
   after(() => {

@@ -3,13 +3,19 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { emulationSkip, launchArgv } from './emulation.ts';
 import { type LogEntry, watchDaemonLog } from './watchDaemonLog.ts';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
-/** The executables under test: `dist/`, or another build's directory (ISTIO_CNI_DIST, for comparing builds). */
+/**
+ * The executables under test: `dist/`, or another build's directory (ISTIO_CNI_DIST: for comparing
+ * builds, and dist/linux-arm64 for the arm64 tier, run under qemu-user: emulation.ts).
+ */
 export const DIST = process.env.ISTIO_CNI_DIST ? resolve(process.env.ISTIO_CNI_DIST) : join(REPO_ROOT, 'dist');
 export const PLUGIN = join(DIST, 'istio-cni');
 export const DAEMON = join(DIST, 'install-cni');
+/** The tests' skip reason when the executables under test are another architecture's and its emulator is missing. */
+export const EMULATION_SKIP: string | false = emulationSkip(PLUGIN) || emulationSkip(DAEMON);
 
 /** The node's primary network before istio-cni is chained in (Debian's reference plugins). */
 export const PRIMARY_CONFLIST = {
@@ -115,7 +121,8 @@ export async function startDaemon(
 ): Promise<DaemonProcess> {
   const readinessPort = await freePort();
   const monitoringPort = await freePort();
-  const child = spawn(executable, args, {
+  const [command, ...argv] = launchArgv(executable, args);
+  const child = spawn(command, argv, {
     env: daemonEnv(root, { READINESS_PORT: String(readinessPort), MONITORING_PORT: String(monitoringPort), ...extraEnv }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -70,6 +70,14 @@ export function hostArch(): Arch {
   throw new Error(`unsupported host architecture ${process.arch}`);
 }
 
+/** Why `file` (an executable of another architecture) cannot run on this machine, or false: a test's skip reason. */
+export function emulationSkip(file: string): string | false {
+  const arch = existsSync(file) ? elfArch(file) : undefined;
+  if (arch === undefined) return false;
+  const launcher = launcherFor(arch);
+  return 'missing' in launcher ? launcher.missing : false;
+}
+
 /** The argv that runs `file` with `args` on this machine (through the emulator for a foreign executable). */
 export function launchArgv(file: string, args: readonly string[] = []): [string, ...string[]] {
   // A bare name is a host tool looked up on PATH: native.

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { launchArgv } from './emulation.ts';
 
 export interface ExecResult {
   stdout: string;
@@ -9,7 +10,8 @@ export interface ExecResult {
 /**
  * Runs a CNI plugin the way libcni does: a clean environment holding only the `CNI_*` variables
  * (plus PATH), the netconf on stdin, stdout/stderr captured. The per-call timeout puts the output
- * into the failure, shorter than any test timeout.
+ * into the failure, shorter than any test timeout. An executable of another architecture runs under
+ * its emulator (emulation.ts).
  */
 export function execPlugin(
   file: string,
@@ -17,7 +19,7 @@ export function execPlugin(
   stdin: string | Buffer,
   opts: { timeoutMs?: number; cwd?: string; wrap?: string[] } = {},
 ): Promise<ExecResult> {
-  const argv = [...(opts.wrap ?? []), file];
+  const argv = [...(opts.wrap ?? []), ...launchArgv(file)];
   return new Promise((resolve, reject) => {
     const child = spawn(argv[0] as string, argv.slice(1), {
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', ...cniEnv },
