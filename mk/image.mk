@@ -1,11 +1,13 @@
 # The node image. Included by the main Makefile, which defines NODE and `build`.
 #
-# `make image` builds dist/image.oci.tar offline, with no registry and no Docker daemon: a Debian
-# root filesystem from Debian's mirror (mmdebstrap, run as root), cut down to what the daemon runs,
-# plus dist/install-cni and dist/istio-cni, packed as an OCI image layout (scripts/image/).
-# Import it with `ctr -n k8s.io images import dist/image.oci.tar` or `podman load -i ...`.
+# `make image` builds dist/image.oci.tar offline, with no registry and no Docker daemon: per
+# platform (linux/amd64, linux/arm64) a Debian root filesystem of that architecture from Debian's
+# mirror (mmdebstrap, run as root; arm64's package scripts under qemu-user), cut down to what the
+# daemon runs, plus that platform's install-cni and istio-cni from dist/ or dist/linux-arm64/, packed
+# as one OCI image layout whose index offers both (scripts/image/). Import it with
+# `ctr -n k8s.io images import dist/image.oci.tar` (the machine's own platform) or `podman load -i ...`.
 #
-# `make image-docker` builds the same layout with a container builder from the Dockerfile.
+# `make image-docker` builds this machine's platform with a container builder from the Dockerfile.
 IMAGE_HUB ?= localhost/istio-cni
 IMAGE_TAG ?= $(shell $(NODE) -p 'require("./package.json").version')
 IMAGE ?= $(IMAGE_HUB)/install-cni:$(IMAGE_TAG)
@@ -21,10 +23,11 @@ image: build
 image-name:
 	@echo $(IMAGE)
 
-# The Dockerfile adds the root filesystem tar `make image` leaves in build/image/.
+# The Dockerfile adds the root filesystem tar `make image` leaves in build/image/ for TARGETARCH.
+IMAGE_DOCKER_ARCH ?= $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,amd64)
 image-docker: image
 	@test -n "$(CONTAINER_BUILDER)" || { echo "make image-docker: no container builder (docker, podman or buildah) found; set CONTAINER_BUILDER" >&2; exit 1; }
-	$(CONTAINER_BUILDER) $(if $(findstring buildah,$(CONTAINER_BUILDER)),bud,build) -t $(IMAGE) -f Dockerfile .
+	$(CONTAINER_BUILDER) $(if $(findstring buildah,$(CONTAINER_BUILDER)),bud,build) --build-arg TARGETARCH=$(IMAGE_DOCKER_ARCH) -t $(IMAGE) -f Dockerfile .
 
 # The e2e suite runs the image (its tests import dist/image.oci.tar into containerd).
 e2e: image
@@ -48,7 +51,7 @@ upstream-image: image
 	BENCH_CACHE=$(UPSTREAM_CACHE) $(PHASE) 'upstream build' nice -n 19 bash bench/upstream/build.sh
 	@$(MAKE) --no-print-directory $(UPSTREAM_IMAGE_ARCHIVE)
 
-$(UPSTREAM_IMAGE_ARCHIVE): $(UPSTREAM_CACHE)/bin/.upstream-istio-cni.stamp scripts/image/buildUpstream.ts scripts/image/packImage.ts
+$(UPSTREAM_IMAGE_ARCHIVE): $(UPSTREAM_CACHE)/bin/.upstream-istio-cni.stamp $(wildcard scripts/image/*.ts)
 	$(PHASE) 'upstream image' $(NODE) scripts/image/buildUpstream.ts $(UPSTREAM_IMAGE) $(UPSTREAM_CACHE)/bin
 
 upstream-image-name:

@@ -22,7 +22,9 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join, posix } from 'node:path';
+import { elfArch, hostArch, isElf, launcherFor } from '../../test/support/emulation.ts';
 import { elfLinking } from './elfLinking.ts';
+import type { ImagePlatform } from './platforms.ts';
 
 export const DEBIAN_SUITE = 'bookworm';
 /** The machine's own mirror list (deb.debian.org), main and security updates. */
@@ -41,13 +43,10 @@ const IPTABLES_NAMES = ['iptables', 'ip6tables'].flatMap((base) =>
 export const EXECUTABLES = [...IPTABLES_NAMES, 'nft', 'ipset', 'ip', 'nsenter', 'unshare', 'cat'];
 
 /** Directories copied whole: the plugins iptables dlopens per match/target. */
-const DLOPENED_DIRS = ['usr/lib/x86_64-linux-gnu/xtables'];
+const dlopenedDirs = (platform: ImagePlatform) => [`usr/lib/${platform.multiarch}/xtables`];
 
 /** Data files the tools read, copied when the Debian tree has them. */
 const DATA_FILES = ['etc/ssl/certs/ca-certificates.crt', 'etc/iproute2', 'usr/share/iproute2', 'etc/protocols', 'etc/ethertypes'];
-
-/** The x86-64 ELF interpreter path every dynamically linked executable names (PT_INTERP). */
-const LOADER = 'lib64/ld-linux-x86-64.so.2';
 
 /** Follows `rel` (relative to `root`) through symlinks as the image would see them; returns each link met and the final path. */
 function walk(root: string, rel: string): { links: { path: string; target: string }[]; real: string } {
@@ -116,23 +115,30 @@ function findExecutable(root: string, name: string): string {
 
 /**
  * The libraries an ELF file needs, as paths the Debian tree's own loader resolves (`ld.so --list`,
- * chrooted); none for a file without DT_NEEDED (a static executable), which the loader cannot list.
+ * chrooted; for another architecture under qemu-user with the tree as its root); none for a file
+ * without DT_NEEDED (a static executable), which the loader cannot list.
  */
-export function neededLibraries(root: string, rel: string): string[] {
+export function neededLibraries(root: string, rel: string, platform: ImagePlatform): string[] {
   if (elfLinking(join(root, rel)).needed === 0) return [];
-  const out = execFileSync('chroot', [root, `/${LOADER}`, '--list', `/${rel}`], { encoding: 'utf8' });
+  let argv: string[];
+  if (platform.arch === hostArch()) {
+    argv = ['chroot', root, `/${platform.loader}`, '--list', `/${rel}`];
+  } else {
+    const launcher = launcherFor(platform.arch, root);
+    if ('missing' in launcher) throw new Error(launcher.missing);
+    argv = [...launcher.prefix, join(root, platform.loader), '--list', `/${rel}`];
+  }
+  const out = execFileSync(argv[0] as string, argv.slice(1), { encoding: 'utf8' });
   const libs: string[] = [];
   for (const line of out.split('\n')) {
     const m = /(?:=>\s*)?(\/\S+)\s+\(0x/.exec(line);
-    if (m?.[1] !== undefined) libs.push(m[1].slice(1));
-    else if (/=>\s*not found/.test(line)) throw new Error(`${rel}: ${line.trim()}`);
+    if (m?.[1] !== undefined) {
+      // qemu names the loader it was given by its host path.
+      const path = m[1].startsWith(`${root}/`) ? m[1].slice(root.length) : m[1];
+      libs.push(path.slice(1));
+    } else if (/=>\s*not found/.test(line)) throw new Error(`${rel}: ${line.trim()}`);
   }
   return libs;
-}
-
-function isElf(file: string): boolean {
-  const head = readFileSync(file).subarray(0, 4);
-  return head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]));
 }
 
 /** Maps each path a package installed (as the merged-/usr tree resolves it) to the package. */
@@ -163,24 +169,30 @@ function packageOwners(root: string): Map<string, string> {
  * host file, mode 0755) for the executables from dist/. `alsoLoads` are host ELF files loaded at run
  * time (the daemon's extracted addon) whose libraries the image needs too.
  */
-export function populateRootfs(src: string, dst: string, extra: Record<string, string>, options: { alsoLoads: string[] }): void {
+export function populateRootfs(
+  src: string,
+  dst: string,
+  extra: Record<string, string>,
+  options: { alsoLoads: string[]; platform: ImagePlatform },
+): void {
+  const { platform } = options;
   const copied = new Set<string>();
   mkdirSync(dst, { recursive: true });
   // The merged-/usr top-level links (bin, sbin, lib, lib64) come along with the first path using them.
-  copyPath(src, dst, LOADER, copied);
+  copyPath(src, dst, platform.loader, copied);
   const elves = new Set<string>();
   for (const name of EXECUTABLES) {
     const rel = findExecutable(src, name);
     copyPath(src, dst, rel, copied);
     elves.add(walk(src, rel).real);
   }
-  for (const dir of DLOPENED_DIRS) {
+  for (const dir of dlopenedDirs(platform)) {
     copyPath(src, dst, dir, copied);
     for (const name of readdirSync(join(src, dir))) if (name.endsWith('.so')) elves.add(posix.join(dir, name));
   }
   for (const elf of [...elves].sort()) {
     if (!isElf(join(src, elf))) throw new Error(`${elf} is not an ELF executable`);
-    for (const lib of neededLibraries(src, elf)) copyPath(src, dst, lib, copied);
+    for (const lib of neededLibraries(src, elf, platform)) copyPath(src, dst, lib, copied);
   }
   // Our own ELF files (the executables, the native addon they extract) are resolved by the same
   // loader from a scratch copy inside the Debian tree.
@@ -188,7 +200,7 @@ export function populateRootfs(src: string, dst: string, extra: Record<string, s
     const scratch = `tmp/needed-${basename(file)}`;
     copyFileSync(file, join(src, scratch));
     try {
-      for (const lib of neededLibraries(src, scratch)) copyPath(src, dst, lib, copied);
+      for (const lib of neededLibraries(src, scratch, platform)) copyPath(src, dst, lib, copied);
     } finally {
       rmSync(join(src, scratch));
     }
@@ -227,4 +239,19 @@ export function populateRootfs(src: string, dst: string, extra: Record<string, s
     'root:x:0:0:root:/:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
   );
   writeFileSync(join(dst, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
+  assertOneArchitecture(dst, platform);
+}
+
+/** Every ELF file of the tree is built for the platform: nothing of another architecture slips in. */
+function assertOneArchitecture(dir: string, platform: ImagePlatform, rel = ''): void {
+  for (const name of readdirSync(join(dir, rel)).sort()) {
+    const child = posix.join(rel, name);
+    const st = lstatSync(join(dir, child));
+    if (st.isDirectory()) assertOneArchitecture(dir, platform, child);
+    else if (st.isFile() && st.size >= 20 && isElf(join(dir, child))) {
+      const arch = elfArch(join(dir, child));
+      if (arch !== platform.arch)
+        throw new Error(`${child} in the ${platform.debianArch} image is built for ${arch ?? 'an unknown machine'}`);
+    }
+  }
 }

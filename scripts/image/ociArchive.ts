@@ -1,7 +1,9 @@
 /**
- * Packs one uncompressed layer tar into an OCI image layout inside a tar (the format `ctr images
- * import`, `podman load` and `skopeo copy oci-archive:` read). Every byte is a function of the layer
- * and the arguments: the same inputs give the same manifest digest.
+ * Packs one uncompressed layer tar per platform into an OCI image layout inside a tar (the format
+ * `ctr images import`, `podman load` and `skopeo copy oci-archive:` read): an image index offering
+ * each platform's manifest, named in index.json as a multi-platform image is (a runtime pulls the
+ * manifest of its own platform). Every byte is a function of the layers and the arguments: the same
+ * inputs give the same digests.
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -15,9 +17,14 @@ export interface OciImageConfig {
   WorkingDir: string;
 }
 
+export interface OciPlatform {
+  architecture: string;
+  variant?: string;
+}
+
 export interface OciArchiveOptions {
-  /** An uncompressed, already deterministic tar of the root filesystem. */
-  layerTar: string;
+  /** One image per platform, each an uncompressed, already deterministic tar of its root filesystem. */
+  images: { platform: OciPlatform; layerTar: string }[];
   out: string;
   /** name:tag, recorded for containerd (`io.containerd.image.name`) and OCI (`ref.name`, the tag). */
   ref: string;
@@ -27,15 +34,19 @@ export interface OciArchiveOptions {
 }
 
 export interface OciArchive {
-  manifestDigest: string;
-  layerSize: number;
+  indexDigest: string;
+  manifests: { platform: OciPlatform; manifestDigest: string; layerSize: number }[];
 }
+
+const INDEX = 'application/vnd.oci.image.index.v1+json';
+const MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
 
 function sha256File(file: string): string {
   return createHash('sha256').update(readFileSync(file)).digest('hex');
 }
 
 export function writeOciArchive(options: OciArchiveOptions): OciArchive {
+  if (options.images.length === 0) throw new Error('an image needs at least one platform');
   const layout = mkdtempSync(join(dirname(options.out), '.oci-layout-'));
   try {
     const blobs = join(layout, 'blobs/sha256');
@@ -45,48 +56,50 @@ export function writeOciArchive(options: OciArchiveOptions): OciArchive {
       writeFileSync(join(blobs, hex), bytes);
       return { digest: `sha256:${hex}`, size: bytes.length };
     };
+    const putJson = (json: unknown) => putBlob(Buffer.from(JSON.stringify(json)));
 
-    const diffId = `sha256:${sha256File(options.layerTar)}`;
-    // gzip -n: no name or timestamp in the header, so the compressed bytes follow the tar alone.
-    const gz = join(layout, 'layer.tar.gz');
-    execFileSync('sh', ['-c', 'exec gzip -n -6 -c "$0" > "$1"', options.layerTar, gz]);
-    const layerHex = sha256File(gz);
-    renameSync(gz, join(blobs, layerHex));
-    const layer = { digest: `sha256:${layerHex}`, size: statSync(join(blobs, layerHex)).size };
-
-    const config = putBlob(
-      Buffer.from(
-        JSON.stringify({
-          architecture: 'amd64',
-          os: 'linux',
-          created: '1970-01-01T00:00:00Z',
-          config: options.config,
-          rootfs: { type: 'layers', diff_ids: [diffId] },
-          history: [{ created: '1970-01-01T00:00:00Z', created_by: options.createdBy ?? 'scripts/image/build.ts' }],
-        }),
-      ),
-    );
-    const manifest = putBlob(
-      Buffer.from(
-        JSON.stringify({
-          schemaVersion: 2,
-          mediaType: 'application/vnd.oci.image.manifest.v1+json',
-          config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...config },
-          layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...layer }],
-        }),
-      ),
-    );
+    const manifests: OciArchive['manifests'] = [];
+    const entries: unknown[] = [];
+    for (const image of options.images) {
+      const diffId = `sha256:${sha256File(image.layerTar)}`;
+      // gzip -n: no name or timestamp in the header, so the compressed bytes follow the tar alone.
+      const gz = join(layout, 'layer.tar.gz');
+      execFileSync('sh', ['-c', 'exec gzip -n -6 -c "$0" > "$1"', image.layerTar, gz]);
+      const layerHex = sha256File(gz);
+      renameSync(gz, join(blobs, layerHex));
+      const layer = { digest: `sha256:${layerHex}`, size: statSync(join(blobs, layerHex)).size };
+      const platform = {
+        architecture: image.platform.architecture,
+        os: 'linux',
+        ...(image.platform.variant ? { variant: image.platform.variant } : {}),
+      };
+      const config = putJson({
+        ...platform,
+        created: '1970-01-01T00:00:00Z',
+        config: options.config,
+        rootfs: { type: 'layers', diff_ids: [diffId] },
+        history: [{ created: '1970-01-01T00:00:00Z', created_by: options.createdBy ?? 'scripts/image/build.ts' }],
+      });
+      const manifest = putJson({
+        schemaVersion: 2,
+        mediaType: MANIFEST,
+        config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...config },
+        layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...layer }],
+      });
+      entries.push({ mediaType: MANIFEST, ...manifest, platform });
+      manifests.push({ platform: image.platform, manifestDigest: manifest.digest, layerSize: layer.size });
+    }
+    const index = putJson({ schemaVersion: 2, mediaType: INDEX, manifests: entries });
     const tag = options.ref.slice(options.ref.lastIndexOf(':') + 1);
     writeFileSync(
       join(layout, 'index.json'),
       JSON.stringify({
         schemaVersion: 2,
-        mediaType: 'application/vnd.oci.image.index.v1+json',
+        mediaType: INDEX,
         manifests: [
           {
-            mediaType: 'application/vnd.oci.image.manifest.v1+json',
-            ...manifest,
-            platform: { architecture: 'amd64', os: 'linux' },
+            mediaType: INDEX,
+            ...index,
             annotations: { 'io.containerd.image.name': options.ref, 'org.opencontainers.image.ref.name': tag },
           },
         ],
@@ -94,7 +107,7 @@ export function writeOciArchive(options: OciArchiveOptions): OciArchive {
     );
     writeFileSync(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
     deterministicTar(layout, options.out, ['oci-layout', 'index.json', 'blobs']);
-    return { manifestDigest: manifest.digest, layerSize: layer.size };
+    return { indexDigest: index.digest, manifests };
   } finally {
     rmSync(layout, { recursive: true, force: true });
   }

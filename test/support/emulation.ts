@@ -19,26 +19,49 @@ export type Arch = 'x64' | 'arm64';
 const ELF_MACHINE: Record<number, Arch> = { 62: 'x64', 183: 'arm64' };
 
 /** The emulator and its library root per foreign architecture. */
-const EMULATORS: Record<Arch, { emulators: string[]; sysroot: string; loader: string; debianPackages: string } | undefined> = {
+interface Emulation {
+  emulators: string[];
+  sysroot: string;
+  loader: string;
+  debianPackages: string;
+  /** The ELF header bytes and mask binfmt_misc matches (qemu's scripts/qemu-binfmt-conf.sh). */
+  binfmt: { magic: string; mask: string };
+}
+
+const EMULATORS: Record<Arch, Emulation | undefined> = {
   x64: undefined,
   arm64: {
     emulators: ['qemu-aarch64-static', 'qemu-aarch64'],
     sysroot: '/usr/aarch64-linux-gnu',
     loader: 'lib/ld-linux-aarch64.so.1',
     debianPackages: 'qemu-user-static, libc6-arm64-cross, libstdc++6-arm64-cross',
+    binfmt: {
+      magic: '\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\xb7\\x00',
+      mask: '\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x00\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xfe\\xff\\xff\\xff',
+    },
   },
 };
 
-/** The architecture an ELF executable was built for, from its header; undefined for anything else. */
-export function elfArch(file: string): Arch | undefined {
-  const header = Buffer.alloc(20);
+function readHeader(file: string, length: number): Buffer | undefined {
+  const header = Buffer.alloc(length);
   const fd = openSync(file, 'r');
   try {
-    if (readSync(fd, header, 0, header.length, 0) < header.length) return undefined;
+    if (readSync(fd, header, 0, length, 0) < length) return undefined;
   } finally {
     closeSync(fd);
   }
-  if (header.readUInt32BE(0) !== 0x7f454c46) return undefined;
+  return header;
+}
+
+/** Whether `file` starts with the ELF magic. */
+export function isElf(file: string): boolean {
+  return readHeader(file, 4)?.readUInt32BE(0) === 0x7f454c46;
+}
+
+/** The architecture an ELF executable was built for, from its header; undefined for anything else. */
+export function elfArch(file: string): Arch | undefined {
+  const header = readHeader(file, 20);
+  if (header === undefined || header.readUInt32BE(0) !== 0x7f454c46) return undefined;
   return ELF_MACHINE[header.readUInt16LE(18)];
 }
 
@@ -52,17 +75,35 @@ function onPath(name: string): string | undefined {
 /** How this machine runs an executable of `arch`: the argv prefix, or why it cannot. */
 export type Launcher = { prefix: string[]; emulated: boolean } | { missing: string };
 
-export function launcherFor(arch: Arch): Launcher {
+/**
+ * `sysroot` is where the emulated process's absolute paths are looked up first (its dynamic loader
+ * and libraries): Debian's cross libraries by default, or an arm64 root filesystem.
+ */
+export function launcherFor(arch: Arch, sysroot?: string): Launcher {
   if (arch === hostArch()) return { prefix: [], emulated: false };
   const emulation = EMULATORS[arch];
   if (emulation === undefined) return { missing: `no emulator known for ${arch} on ${hostArch()}` };
   const emulator = emulation.emulators.map(onPath).find((p) => p !== undefined);
-  const loader = join(emulation.sysroot, emulation.loader);
+  const root = sysroot ?? emulation.sysroot;
+  const loader = join(root, emulation.loader);
   if (emulator === undefined || !existsSync(loader))
     return {
       missing: `running ${arch} executables needs ${emulation.emulators[0]} and ${loader} (Debian packages ${emulation.debianPackages}; sudo make setup installs them)`,
     };
-  return { prefix: [emulator, '-L', emulation.sysroot], emulated: true };
+  return { prefix: [emulator, '-L', root], emulated: true };
+}
+
+/**
+ * The line that registers this machine's emulator for `arch` with binfmt_misc (`F`: the kernel opens
+ * the emulator at registration, so it runs inside a chroot that lacks it too).
+ */
+export function binfmtRegistration(arch: Arch): string {
+  const emulation = EMULATORS[arch];
+  if (emulation === undefined) throw new Error(`no emulator known for ${arch}`);
+  const emulator = emulation.emulators.map(onPath).find((p) => p !== undefined);
+  if (emulator === undefined)
+    throw new Error(`${emulation.emulators[0]} is missing (Debian package qemu-user-static; sudo make setup installs it)`);
+  return `:istio-cni-${arch}:M::${emulation.binfmt.magic}:${emulation.binfmt.mask}:${emulator}:F`;
 }
 
 export function hostArch(): Arch {

@@ -4,7 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { elfLinking } from '../elfLinking.ts';
+import { hostArch } from '../../../test/support/emulation.ts';
 import { neededLibraries } from '../imageContents.ts';
+import { imagePlatform } from '../platforms.ts';
 
 // Debian's busybox-static, the pinned Node.js binary and iptables' dlopened extensions: a static
 // executable, a dynamic one and shared objects (no interpreter, but libraries).
@@ -43,5 +45,5 @@ test('a file that is not ELF is refused by name', () => {
 
 test('a static executable is packed with no libraries, without asking the loader', { skip: needsBusybox }, () => {
   // The loader is never run: with it, this would fail (`ld.so --list` exits 139 on a static file).
-  assert.deepEqual(neededLibraries('/', staticBusybox.slice(1)), []);
+  assert.deepEqual(neededLibraries('/', staticBusybox.slice(1), imagePlatform(hostArch())), []);
 });
