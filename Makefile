@@ -112,6 +112,7 @@ test-fast: setup lint typecheck build
 # Root runs the side by side with upstream's Go agent too: it needs the e2e rig (a real
 # kube-apiserver) and upstream's build, both cached. PEER=0 leaves it out.
 bench: setup build
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) image; fi
 	@if [ "$$(id -u)" = 0 ] && [ "$(PEER)" != 0 ]; then $(MAKE) e2e-rig bench-peer; fi
 	$(NODE) bench/run.ts
 

@@ -6,6 +6,7 @@
 import { benchAmbient } from './ambient.ts';
 import { benchApplySidecarRules } from './applySidecarRules.ts';
 import { benchDaemonCodeCache } from './daemonCodeCache.ts';
+import { benchImageSizes, printImageSizes } from './imageSize.ts';
 import { benchInstaller } from './installer.ts';
 import { bounded } from './measure.ts';
 import { benchPluginStartup } from './pluginStartup.ts';
@@ -58,6 +59,7 @@ if (process.getuid?.() === 0) {
     };
     await bounded('bench: side by side with upstream', 30 * MINUTE, () => benchUpstreamPeer(peer));
   }
+  printImageSizes(await bounded('bench: image sizes', 5 * MINUTE, async () => benchImageSizes()));
 } else {
   console.log('\n(skipping netns benchmarks: not root)');
 }
