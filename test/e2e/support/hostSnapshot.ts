@@ -24,8 +24,12 @@ const LEGACY_TABLE_NAMES: Record<string, string> = {
 
 const CNI_STATE_DIRS = ['/var/lib/cni/results', '/var/lib/cni/networks'];
 
-/** Directories whose entries a node agent, the rig or a cluster writes on the host. */
-const HOST_PATH_DIRS = ['/run', '/etc/cni/net.d', '/opt/cni/bin', '/var/lib/cni'];
+/**
+ * Directories whose entries a node agent, the rig or a cluster writes on the host, and the host's
+ * binfmt_misc registrations (the arm64 image is built under qemu-user registered in a private
+ * instance, never the host's).
+ */
+const HOST_PATH_DIRS = ['/run', '/etc/cni/net.d', '/opt/cni/bin', '/var/lib/cni', '/proc/sys/fs/binfmt_misc'];
 
 /** Host-wide sysctls the rig and the cluster write: kubelet's kernel tunables, the bridge gateway's forwarding. */
 const SYSCTLS = [
