@@ -23,16 +23,15 @@ import { bringUp, clusterNode, DAEMONSET, describeNamespace, type LocalCluster }
 import { nodePrivateDir, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
+import { snatPackets, snatRules } from './probeSnat.ts';
 import { upgradeWith } from './upgradeProfile.ts';
-import { container, createNamespace, isReady, probe, serve, waitFor, type Pod } from './workloads.ts';
+import { container, createNamespace, probedHttpServer, isReady, probe, serve, waitFor, type Pod } from './workloads.ts';
 
 const NS = 'e2e-families';
 const AMBIENT_NS = 'e2e-families-ambient';
 const INTERVAL_S = 5;
 /** "Within a few intervals", with room for a loaded machine. */
 const REPAIR_WAIT_MS = 60_000;
-const SNAT_V4 = '169.254.7.127';
-const SNAT_V6 = 'fd16:9254:7127:1337:ffff:ffff:ffff:ffff';
 
 const FAMILIES: IpFamily[] = (process.env.CLUSTER_IP_FAMILIES ?? 'dual ipv6')
   .split(/\s+/)
@@ -268,12 +267,7 @@ for (const family of FAMILIES) {
         'ambient',
         node1.layout.name,
         {
-          containers: [
-            {
-              ...container('app', 'mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'),
-              readinessProbe: { httpGet: { path: '/index.html', port: 8080 }, periodSeconds: 1, failureThreshold: 1 },
-            },
-          ],
+          containers: [probedHttpServer()],
         },
         { namespace: AMBIENT_NS },
       );
@@ -442,24 +436,4 @@ for (const family of FAMILIES) {
       assert.ok((await rulesOf(node2, degraded)).v6.sidecar, 'its IPv6 capture is back');
     });
   });
-}
-
-/** Packets through the node's probe SNAT rule of a family, over both iptables backends (`-save -c` counters). */
-async function snatPackets(node: RunningNode, family: 4 | 6): Promise<number> {
-  return (await snatLines(node, family)).reduce((n, l) => n + Number(/^\[(\d+):/.exec(l)?.[1] ?? 0), 0);
-}
-
-async function snatRules(node: RunningNode, family: 4 | 6): Promise<number> {
-  return (await snatLines(node, family)).length;
-}
-
-async function snatLines(node: RunningNode, family: 4 | 6): Promise<string[]> {
-  const to = family === 6 ? SNAT_V6 : SNAT_V4;
-  const tools = family === 6 ? ['ip6tables-legacy-save', 'ip6tables-nft-save'] : ['iptables-legacy-save', 'iptables-nft-save'];
-  const lines: string[] = [];
-  for (const tool of tools) {
-    const { stdout } = await runCommand(['ip', 'netns', 'exec', node.layout.netns, tool, '-c', '-t', 'nat'], { allowFailure: true });
-    lines.push(...stdout.split('\n').filter((l) => l.includes('-j SNAT') && l.includes(`--to-source ${to}`)));
-  }
-  return lines;
 }

@@ -22,7 +22,18 @@ import { nodePrivateDir, type RunningNode } from './node.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
 import { upgradeWith } from './upgradeProfile.ts';
-import { container, createNamespace, isReady, NOWHERE, probeLoop, serve, waitFor, type Pod } from './workloads.ts';
+import {
+  container,
+  createNamespace,
+  probedHttpServer,
+  isReady,
+  NOWHERE,
+  probeLoop,
+  serve,
+  waitFor,
+  type Pod,
+  waitPodReady,
+} from './workloads.ts';
 
 const NS = 'e2e-nft-switch';
 const AMBIENT_NS = 'e2e-nft-switch-ambient';
@@ -72,16 +83,7 @@ for (const { ambient, start, switches } of CASES) {
     const api = () => cluster.controlPlane.api;
     const node = (): RunningNode => clusterNode(cluster, 0);
     const getPod = (name: string, namespace: string) => api().must<Pod>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
-    const waitReady = (name: string, namespace: string) =>
-      waitFor(
-        `pod ${namespace}/${name} Ready`,
-        async () => {
-          const p = await getPod(name, namespace);
-          return isReady(p) ? p : undefined;
-        },
-        120_000,
-        () => describeNamespace(cluster.controlPlane, namespace),
-      );
+    const waitReady = (name: string, namespace: string) => waitPodReady(cluster.controlPlane, name, namespace);
     const sidecarPod = async (name: string) => {
       await api().must('POST', `/api/v1/namespaces/${NS}/pods`, {
         apiVersion: 'v1',
@@ -104,12 +106,7 @@ for (const { ambient, start, switches } of CASES) {
         spec: {
           nodeName: node().layout.name,
           terminationGracePeriodSeconds: 1,
-          containers: [
-            {
-              ...container('app', 'mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'),
-              readinessProbe: { httpGet: { path: '/index.html', port: 8080 }, periodSeconds: 1, failureThreshold: 1 },
-            },
-          ],
+          containers: [probedHttpServer()],
         },
       });
       return waitReady(name, AMBIENT_NS);

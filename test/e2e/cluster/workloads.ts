@@ -1,7 +1,8 @@
 // What the cluster scenarios run in their pods (busybox shell scripts whose log says what a
 // connection reached) and how they read the API's view of them.
 import type { KubeClient } from '../support/kubeClient.ts';
-import { WORKLOAD_IMAGE } from './localCluster.ts';
+import type { ControlPlane } from './controlPlane.ts';
+import { describeNamespace, WORKLOAD_IMAGE } from './localCluster.ts';
 
 /** An address nothing answers on: only a capture rule can make a connection to it succeed. */
 export const NOWHERE = '192.0.2.123';
@@ -26,6 +27,15 @@ export const container = (name: string, script: string, user?: number) => ({
   imagePullPolicy: 'Never',
   command: ['sh', '-c', script],
   ...(user === undefined ? {} : { securityContext: { runAsUser: user, runAsGroup: user } }),
+});
+
+/**
+ * An HTTP server on 8080 and kubelet's readiness probe of it every second, one failure enough to
+ * make the pod not Ready: in an ambient pod it passes only through the node's probe SNAT.
+ */
+export const probedHttpServer = () => ({
+  ...container('app', 'mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'),
+  readinessProbe: { httpGet: { path: '/index.html', port: 8080 }, periodSeconds: 1, failureThreshold: 1 },
 });
 
 /**
@@ -82,6 +92,19 @@ export async function waitFor<T>(
     if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s${detail ? `\n${await detail()}` : ''}`);
     await new Promise((r) => setTimeout(r, 500));
   }
+}
+
+/** Until the pod is Ready (its namespace described on timeout); the pod as the API then reports it. */
+export function waitPodReady(controlPlane: ControlPlane, name: string, namespace: string, timeoutMs = 120_000): Promise<Pod> {
+  return waitFor(
+    `pod ${namespace}/${name} Ready`,
+    async () => {
+      const p = await controlPlane.api.must<Pod>('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
+      return isReady(p) ? p : undefined;
+    },
+    timeoutMs,
+    () => describeNamespace(controlPlane, namespace),
+  );
 }
 
 /** The agent's JSON log lines that name `namespace/name` (its `pod` field, or in a message). */
