@@ -116,6 +116,13 @@ bench: setup build
 	@if [ "$$(id -u)" = 0 ] && [ "$(PEER)" != 0 ]; then $(MAKE) e2e-rig bench-peer; fi
 	$(NODE) bench/run.ts
 
+# The fleet benchmark (bench/fleet.ts, root): FLEET_NODES (100) agents of upstream's, then of ours, against
+# one real API server; upstream's binaries from the shared cache (built there once, skipped by its stamp).
+.PHONY: bench-scale
+bench-scale: build e2e-rig
+	BENCH_CACHE=$(UPSTREAM_CACHE) bash bench/upstream/build.sh
+	BENCH_CACHE=$(UPSTREAM_CACHE) E2E_CACHE=$(E2E_CACHE) nice -n 10 $(NODE) bench/fleet.ts
+
 # Upstream Istio's istio-cni and install-cni from the Go module proxy, into .bench-cache/.
 bench-peer:
 	bash bench/upstream/build.sh

@@ -99,6 +99,8 @@ export function makePeer(
   monitoringPort: number,
   ctrlzPort: number,
   ours: { dist: string; label: string } = { dist: DIST, label: side },
+  /** Runs the daemon under this command, e.g. `ip netns exec NAME` (bench/fleet.ts). */
+  wrap: string[] = [],
 ): Peer {
   const label = side === 'ours' ? ours.label : side;
   const dir = mkdtempSync(join(tmpdir(), `istio-cni-bench-${label}-`));
@@ -170,6 +172,7 @@ export function makePeer(
           `--ctrlz_port=${ctrlzPort}`,
         ];
       }
+      argv = [...wrap, ...argv];
       const fd = openSync(log, 'a');
       const child = spawn(argv[0] as string, argv.slice(1), { env: daemonEnv, stdio: ['ignore', fd, fd] });
       closeSync(fd);
@@ -215,9 +218,9 @@ export function pluginConfig(peer: Peer): string | undefined {
   });
 }
 
-export async function readyzStatus(port: number): Promise<number> {
+export async function readyzStatus(port: number, host = '127.0.0.1'): Promise<number> {
   try {
-    return (await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) })).status;
+    return (await fetch(`http://${host}:${port}/readyz`, { signal: AbortSignal.timeout(1000) })).status;
   } catch {
     return 0;
   }
@@ -268,49 +271,73 @@ export async function startTimed(peer: Peer): Promise<{ conflistMs: number; read
 
 const SIDECAR_STATUS = '{"initContainers":["istio-validation"],"containers":["istio-proxy"]}';
 
+/** One pod as kubelet would have reported it running; `meshed` adds an injected sidecar. */
+export interface BenchPod {
+  name: string;
+  namespace: string;
+  nodeName: string;
+  podIP: string;
+  meshed: boolean;
+  labels: Record<string, string>;
+}
+
+/** Creates the pod, then writes the status kubelet would report (Running, its IP). */
+export async function createRunningPod(cluster: Cluster, pod: BenchPod): Promise<void> {
+  const { name, namespace, meshed } = pod;
+  const containers = meshed
+    ? [
+        { name: 'app', image: 'nginx' },
+        { name: 'istio-proxy', image: 'proxyv2' },
+      ]
+    : [{ name: 'app', image: 'nginx' }];
+  const base = realisticPod({
+    metadata: { name, namespace, labels: pod.labels },
+    spec: { nodeName: pod.nodeName, containers, ...(meshed ? { initContainers: [{ name: 'istio-validation', image: 'proxyv2' }] } : {}) },
+    status: { podIP: pod.podIP },
+  } as unknown as Parameters<typeof realisticPod>[0]) as unknown as {
+    metadata: Record<string, unknown>;
+    spec: Record<string, unknown>;
+    status: Record<string, unknown>;
+  };
+  const annotations = {
+    ...(base.metadata.annotations as Record<string, string>),
+    ...(meshed ? { 'sidecar.istio.io/status': SIDECAR_STATUS } : {}),
+  };
+  const { managedFields: _managedFields, creationTimestamp: _created, ownerReferences: _owners, ...metadata } = base.metadata;
+  const created = await cluster.api.must<{ metadata: { resourceVersion: string } }>('POST', `/api/v1/namespaces/${namespace}/pods`, {
+    ...base,
+    metadata: { ...metadata, annotations },
+  });
+  // Creation resets the status; kubelet's report is what makes a cached pod its real size.
+  await cluster.api.must('PUT', `/api/v1/namespaces/${namespace}/pods/${name}/status`, {
+    ...base,
+    metadata: { ...metadata, annotations, resourceVersion: created.metadata.resourceVersion },
+    status: { ...base.status, phase: 'Running', podIPs: [{ ip: pod.podIP }] },
+  });
+}
+
+/** Runs `work` over items, `concurrency` at a time. */
+export async function inParallel<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
+  const queue = [...items];
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
+    }),
+  );
+}
+
 /** count pods on the bench node, one in ten with an injected sidecar, each as kubelet would have reported it. */
 export async function createPods(cluster: Cluster, count: number): Promise<void> {
   await cluster.ensureNamespace(NAMESPACE);
-  const one = async (i: number) => {
-    const meshed = i % 10 === 0;
-    const name = `app-${i}`;
-    const containers = meshed
-      ? [
-          { name: 'app', image: 'nginx' },
-          { name: 'istio-proxy', image: 'proxyv2' },
-        ]
-      : [{ name: 'app', image: 'nginx' }];
-    const base = realisticPod({
-      metadata: { name, namespace: NAMESPACE, labels: { app: `app-${i % 20}` } },
-      spec: { nodeName: NODE_NAME, containers, ...(meshed ? { initContainers: [{ name: 'istio-validation', image: 'proxyv2' }] } : {}) },
-      status: { podIP: `10.244.${Math.floor(i / 250)}.${(i % 250) + 2}` },
-    } as unknown as Parameters<typeof realisticPod>[0]) as unknown as {
-      metadata: Record<string, unknown>;
-      spec: Record<string, unknown>;
-      status: Record<string, unknown>;
-    };
-    const annotations = {
-      ...(base.metadata.annotations as Record<string, string>),
-      ...(meshed ? { 'sidecar.istio.io/status': SIDECAR_STATUS } : {}),
-    };
-    const { managedFields: _managedFields, creationTimestamp: _created, ownerReferences: _owners, ...metadata } = base.metadata;
-    const created = await cluster.api.must<{ metadata: { resourceVersion: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/pods`, {
-      ...base,
-      metadata: { ...metadata, annotations },
-    });
-    // Creation resets the status; kubelet's report is what makes a cached pod its real size.
-    await cluster.api.must('PUT', `/api/v1/namespaces/${NAMESPACE}/pods/${name}/status`, {
-      ...base,
-      metadata: { ...metadata, annotations, resourceVersion: created.metadata.resourceVersion },
-      status: { ...base.status, phase: 'Running', podIPs: [{ ip: base.status.podIP }] },
-    });
-  };
-  const queue = Array.from({ length: count }, (_, i) => i);
-  await Promise.all(
-    Array.from({ length: 8 }, async () => {
-      for (let i = queue.shift(); i !== undefined; i = queue.shift()) await one(i);
-    }),
-  );
+  const pods = Array.from({ length: count }, (_, i) => ({
+    name: `app-${i}`,
+    namespace: NAMESPACE,
+    nodeName: NODE_NAME,
+    podIP: `10.244.${Math.floor(i / 250)}.${(i % 250) + 2}`,
+    meshed: i % 10 === 0,
+    labels: { app: `app-${i % 20}` },
+  }));
+  await inParallel(pods, 8, (pod) => createRunningPod(cluster, pod));
 }
 
 /**
