@@ -4,19 +4,21 @@
  * bench/upstream) in a network namespace of its own (upstream's readiness port is fixed), reaching
  * the API server over a veth pair; no kubelet: the bench creates pods bound to the nodes and writes
  * their status (Running, podIP) as kubelet would. One side after the other in one run, each through
- * four phases: cold start (all agents at once, to all ready), steady state with pod churn (one
- * create and one delete a second cluster-wide), an API server restart (to every watch back) and a
- * rolling restart of the agents (the chart's maxUnavailable: 1). Per phase: the API server's CPU and
+ * the API server alone (the baseline), cold start (all agents at once, to all ready), steady state
+ * with pod churn (one create and one delete a second cluster-wide), an API server crash and restart
+ * (to every agent watch back) and a rolling restart of the agents (the chart's maxUnavailable: 1). The
+ * agents run the chart's default environment (sidecar mode, repair on). Per phase: the API server's CPU and
  * RSS (from /proc), requests by verb and resource, open watches and bytes sent (its /metrics), and
  * the agents' RSS and CPU (from /proc).
  *
- * Settings (environment): FLEET_NODES (100), FLEET_PODS_PER_NODE (30), FLEET_CHURN_S (120),
+ * Settings (environment): FLEET_NODES (100), FLEET_PODS_PER_NODE (30), FLEET_CHURN_S (300),
  * FLEET_ROLL_UNAVAILABLE (1), FLEET_SIDES (`upstream,ours`, in that order), FLEET_SAMPLE_MS (2000),
- * PEER_OURS_DIST (another build of ours), BENCH_CACHE (upstream's binaries), E2E_CACHE (the rig).
+ * PEER_OURS_DIST (another build of ours), BENCH_CACHE (upstream's binaries), E2E_CACHE (the rig),
+ * FLEET_KEEP_LOGS=DIR (copies every agent's log there).
  * FLEET_RESULT_JSON=FILE also writes the figures as JSON. Needs root (network namespaces).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_MANIFEST, findObject, parseManifest, RELEASE_NAMESPACE } from '../test/e2e/support/chart.ts';
 import { startCluster, type Cluster } from '../test/e2e/support/cluster.ts';
@@ -55,7 +57,7 @@ const int = (name: string, fallback: number) => {
 };
 const NODES = int('FLEET_NODES', 100);
 const PODS_PER_NODE = int('FLEET_PODS_PER_NODE', 30);
-const CHURN_S = int('FLEET_CHURN_S', 120);
+const CHURN_S = int('FLEET_CHURN_S', 300);
 const ROLL_UNAVAILABLE = Math.max(1, int('FLEET_ROLL_UNAVAILABLE', 1));
 const SAMPLE_MS = int('FLEET_SAMPLE_MS', 2000);
 const SIDES = (process.env.FLEET_SIDES ?? 'upstream,ours').split(',').filter((s): s is Side => s === 'upstream' || s === 'ours');
@@ -70,7 +72,9 @@ const API_HOSTNAME = 'kubernetes';
 const READY_TIMEOUT_MS = 15 * 60_000;
 const NAMESPACES_PER_KIND = 4;
 const KINDS = ['sidecar', 'ambient', 'plain'] as const;
+const IDLE_S = 20;
 const PHASES = [
+  `no agents: the API server alone (${IDLE_S} s, the baseline)`,
   'cold start (all agents at once)',
   `pod churn (${CHURN_S} s, 1 create + 1 delete /s)`,
   'API server restart',
@@ -483,8 +487,12 @@ async function runSide(side: Side, cluster: Cluster, api: ApiServer, nodes: Flee
   const meter = () => new PhaseMeter(api, peers, own.watches);
   const phases: PhaseFigures[] = [];
   try {
-    log(`${side}: cold start of ${agents.length} agents`);
     let m = meter();
+    await m.begin();
+    await sleep(IDLE_S * 1000);
+    phases.push(await m.end());
+    log(`${side}: cold start of ${agents.length} agents`);
+    m = meter();
     await m.begin();
     const t0 = Date.now();
     for (const p of peers) p.spawnDaemon();
@@ -552,7 +560,12 @@ async function runSide(side: Side, cluster: Cluster, api: ApiServer, nodes: Flee
     return { side, phases };
   } finally {
     await Promise.all(peers.map((p) => stopDaemon(p, 'SIGKILL')));
-    for (const p of peers) rmSync(p.dir, { recursive: true, force: true });
+    const keep = process.env.FLEET_KEEP_LOGS;
+    if (keep !== undefined) mkdirSync(keep, { recursive: true });
+    for (const [i, p] of peers.entries()) {
+      if (keep !== undefined) copyFileSync(join(p.dir, 'install-cni.log'), join(keep, `${side}-${i}.log`));
+      rmSync(p.dir, { recursive: true, force: true });
+    }
   }
 }
 
@@ -597,7 +610,7 @@ async function main(): Promise<void> {
   }
   for (const r of results)
     console.log(
-      `request rate (/s, every ${SAMPLE_MS} ms) through the API server restart, ${r.side}: ${r.phases[2]?.requestRates.join(' ')}`,
+      `request rate (/s, every ${SAMPLE_MS} ms) through the API server restart, ${r.side}: ${r.phases[3]?.requestRates.join(' ')}`,
     );
   if (process.env.FLEET_RESULT_JSON)
     writeFileSync(
