@@ -47,7 +47,7 @@ export interface ApiScrape {
   watchesByResource: Record<string, number>;
   /** Watchers registered in the watch cache (apiserver_registered_watchers; absent on some versions). */
   registeredWatchers: number;
-  /** Sum of apiserver_response_sizes (non-streaming responses), bytes. */
+  /** Sum of apiserver_response_sizes (every response; a WATCH's when it ends), bytes. */
   responseBytes: number;
   /** Sum of apiserver_watch_events_sizes (events sent on watches), bytes. */
   watchEventBytes: number;
@@ -239,7 +239,7 @@ export function formatPhaseTable(phase: string, upstream: PhaseFigures, ours: Ph
     ['peak request rate, /s', upstream.peakRequestsPerS, ours.peakRequestsPerS, 0],
     ["agents' open watches at the end", upstream.watchesEnd, ours.watchesEnd, 0],
     ["agents' open watches, peak", upstream.watchesPeak, ours.watchesPeak, 0],
-    ['response bytes (non-watch), MiB', upstream.responseMiB, ours.responseMiB, 2],
+    ['response bytes (ended watches too), MiB', upstream.responseMiB, ours.responseMiB, 2],
     ['watch event bytes, MiB', upstream.watchEventMiB, ours.watchEventMiB, 2],
     [`agent RSS, mean of ${nodes}, MiB`, upstream.agentMeanRssMiB, ours.agentMeanRssMiB, 1],
     ['agent RSS, max, MiB', upstream.agentMaxRssMiB, ours.agentMaxRssMiB, 1],
