@@ -18,7 +18,18 @@
  * FLEET_RESULT_JSON=FILE also writes the figures as JSON. Needs root (network namespaces).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_MANIFEST, findObject, parseManifest, RELEASE_NAMESPACE } from '../test/e2e/support/chart.ts';
 import { startCluster, type Cluster } from '../test/e2e/support/cluster.ts';
@@ -582,6 +593,7 @@ async function main(): Promise<void> {
   let cluster: Cluster | undefined;
   let api: ApiServer | undefined;
   const results: SideResult[] = [];
+  const etcNetnsExisted = existsSync('/etc/netns');
   try {
     removeNetworks(nodes);
     addNetworks(nodes);
@@ -598,6 +610,7 @@ async function main(): Promise<void> {
     await api?.stopRespawned();
     await cluster?.stop();
     removeNetworks(nodes);
+    if (!etcNetnsExisted && existsSync('/etc/netns') && readdirSync('/etc/netns').length === 0) rmdirSync('/etc/netns');
   }
   const upstream = results.find((r) => r.side === 'upstream');
   const ours = results.find((r) => r.side === 'ours');
