@@ -19,7 +19,7 @@ NODE_TEST = $(call node_test,$(TEST_TIMEOUT_MS))
 # Biome (pinned in package.json): its launcher runs on the pinned node and execs the native binary.
 BIOME := $(NODE) node_modules/@biomejs/biome/bin/biome
 
-UNIT_TESTS := packages/*/test/*.test.ts scripts/*/test/*.test.ts test/e2e/support/*.test.ts
+UNIT_TESTS := packages/*/test/*.test.ts scripts/*/test/*.test.ts bench/test/*.test.ts test/e2e/support/*.test.ts
 INTEGRATION_TESTS := test/integration/*.test.ts
 
 .PHONY: all setup build reproducible lint format typecheck test test-fast test-unit test-integration test-arm64 bench bench-peer e2e clean
