@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 
 /**
  * A tier-1 stand-in for the Kubernetes API: serves realistic core/v1 Pod and Namespace JSON with
- * list, watch (chunked JSON lines), get, and bearer-token checks. Real API behaviour is covered by
+ * list, watch (chunked JSON lines, streaming lists included), get, and bearer-token checks. Real API behaviour is covered by
  * the e2e suite; this is enough for the agent's informers and the plugin's degraded reads.
  */
 export interface KubeObject {
@@ -55,7 +55,13 @@ interface Watcher {
   res: ServerResponse;
 }
 
-export async function startFakeKubeApi(options: { token?: string } = {}): Promise<FakeKubeApi> {
+export interface FakeKubeApiOptions {
+  token?: string;
+  /** `false`: refuses streaming lists (`sendInitialEvents`) as an API server with the WatchList feature off does. */
+  watchList?: boolean;
+}
+
+export async function startFakeKubeApi(options: FakeKubeApiOptions = {}): Promise<FakeKubeApi> {
   let token = options.token ?? 'fake-token';
   let rv = 100;
   /** Watches resuming from a resourceVersion below this get `410 Gone` (history compacted). */
@@ -85,6 +91,15 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
     for (const w of watchers) {
       if (wants(w, kind, object)) w.res.write(JSON.stringify({ type, object }) + '\n');
     }
+  };
+  /** What the API server answers 422 to: `sendInitialEvents` without its companions, or with WatchList off. */
+  const refuseInitialEvents = (q: URLSearchParams): string | undefined => {
+    if (q.get('sendInitialEvents') !== 'true') return undefined;
+    if (options.watchList === false) return 'sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled';
+    if (q.get('resourceVersionMatch') !== 'NotOlderThan')
+      return 'resourceVersionMatch: must be NotOlderThan when sendInitialEvents is true';
+    if (q.get('allowWatchBookmarks') !== 'true') return 'allowWatchBookmarks: must be true when sendInitialEvents is true';
+    return undefined;
   };
   const stamp = (o: KubeObject, kind: string): KubeObject => ({
     apiVersion: 'v1',
@@ -121,6 +136,11 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
     if (url.pathname === '/api/v1/pods' || url.pathname === '/api/v1/namespaces') {
       const kind = url.pathname.endsWith('pods') ? 'pods' : 'namespaces';
       if (watch) {
+        const refused = refuseInitialEvents(url.searchParams);
+        if (refused !== undefined) {
+          send(res, 422, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message: refused, reason: 'Invalid', code: 422 });
+          return;
+        }
         res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
         res.flushHeaders();
         const from = Number(url.searchParams.get('resourceVersion') ?? '0');
@@ -138,9 +158,21 @@ export async function startFakeKubeApi(options: { token?: string } = {}): Promis
           return;
         }
         const w: Watcher = { kind, res, ...(nodeName !== undefined ? { nodeName } : {}) };
-        for (const e of history) {
-          if (Number(e.object.metadata.resourceVersion) > from && wants(w, e.kind, e.object)) {
-            res.write(JSON.stringify({ type: e.type, object: e.object }) + '\n');
+        if (url.searchParams.get('sendInitialEvents') === 'true') {
+          // A streaming list (KEP-3157): the current objects as ADDED, then the bookmark that ends them.
+          const objects = kind === 'pods' ? [...pods.values()] : [...namespaces.values()];
+          for (const o of objects) if (wants(w, kind, o)) res.write(JSON.stringify({ type: 'ADDED', object: o }) + '\n');
+          const end = {
+            kind: kind === 'pods' ? 'Pod' : 'Namespace',
+            apiVersion: 'v1',
+            metadata: { resourceVersion: String(rv), annotations: { 'k8s.io/initial-events-end': 'true' } },
+          };
+          res.write(JSON.stringify({ type: 'BOOKMARK', object: end }) + '\n');
+        } else {
+          for (const e of history) {
+            if (Number(e.object.metadata.resourceVersion) > from && wants(w, e.kind, e.object)) {
+              res.write(JSON.stringify({ type: e.type, object: e.object }) + '\n');
+            }
           }
         }
         watchers.add(w);

@@ -3,7 +3,7 @@ import { errorMessage } from '@istio-cni/cni';
 import type { ObjectStore } from './clusterView.ts';
 import { Backoff, KubeApiError, type KubeClient, type WatchEvent } from '@istio-cni/kube';
 
-type Meta = { metadata: { name?: string; namespace?: string; resourceVersion?: string } };
+type Meta = { metadata: { name?: string; namespace?: string; resourceVersion?: string; annotations?: Record<string, string> } };
 
 export interface InformerOptions<T extends Meta> {
   /** For logs: "pod", "namespace". */
@@ -41,11 +41,26 @@ function isGone(err: unknown): boolean {
   return err instanceof KubeApiError && err.code === 410;
 }
 
+/** The annotation of the bookmark that ends a watch's initial events (streaming list, KEP-3157). */
+export const INITIAL_EVENTS_END = 'k8s.io/initial-events-end';
+
 /**
- * List, then watch from the list's resourceVersion, client-go style: a watch the server ends is
- * resumed from the last resourceVersion seen (bookmarks included); `410 Gone` (history compacted)
- * re-lists and diffs the list against the store, so an object deleted meanwhile still produces a
- * delete and an unchanged one produces nothing; any other failure is retried with backoff.
+ * A server that does not stream initial events: one with the WatchList feature off refuses
+ * `sendInitialEvents` as invalid (422); 400 is what a proxy or an older validator answers.
+ */
+function refusesInitialEvents(err: unknown): boolean {
+  return err instanceof KubeApiError && (err.code === 422 || err.code === 400);
+}
+
+/**
+ * Syncs, then watches from the sync's resourceVersion, as client-go's reflector with the
+ * WatchListClient feature (upstream's agent): the sync is a watch that streams the current objects
+ * as ADDED events and ends them with a bookmark annotated `k8s.io/initial-events-end`, served from
+ * the API server's watch cache, with no LIST. A server that refuses that is listed page by page
+ * instead, from then on. Either way the synced set is diffed against the store, so after a re-sync an
+ * object deleted meanwhile produces a delete and an unchanged one produces nothing. A watch the
+ * server ends is resumed from the last resourceVersion seen (bookmarks included); `410 Gone`
+ * (history compacted) re-syncs; any other failure is retried with backoff.
  */
 export function runInformer<T extends Meta>(client: KubeClient, options: InformerOptions<T>): Informer {
   const { store, logger, what } = options;
@@ -71,6 +86,12 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
       resourceVersion = page.metadata?.resourceVersion ?? '';
       cont = page.metadata?.continue || undefined;
     } while (cont !== undefined && !stopped);
+    replaceAll(items);
+    return resourceVersion;
+  }
+
+  /** Makes the store hold exactly `items`: upserts what is new or changed, deletes what is gone. */
+  function replaceAll(items: Iterable<T>): void {
     const seen = new Set<string>();
     for (const item of items) {
       seen.add(keyOf(item));
@@ -78,7 +99,6 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
       if (cached === undefined || cached.metadata.resourceVersion !== item.metadata.resourceVersion) store.upsert(item);
     }
     for (const cached of store.list()) if (!seen.has(keyOf(cached))) store.delete(cached);
-    return resourceVersion;
   }
 
   function apply(event: WatchEvent): string | undefined {
@@ -96,30 +116,60 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
     });
   }
 
+  /** Set once the server refused to stream initial events: later syncs list. */
+  let streamingRefused = false;
+
   async function loop(): Promise<void> {
     const backoff = new Backoff({ initialMs: initialDelay, maxMs: MAX_RETRY_DELAY_MS });
     let resourceVersion: string | undefined;
+    const synchronised = () => {
+      markSynced();
+      backoff.reset();
+    };
     while (!stopped) {
       try {
-        if (resourceVersion === undefined) {
+        const streamed = resourceVersion === undefined && !streamingRefused;
+        if (resourceVersion === undefined && !streamed) {
           resourceVersion = await list();
-          markSynced();
-          backoff.reset();
+          synchronised();
         }
         if (stopped) break;
         // The server ends the watch after timeoutSeconds (5–10 min, spread like client-go's).
         const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
+        const query = streamed
+          ? { ...selectors, sendInitialEvents: 'true', resourceVersionMatch: 'NotOlderThan' }
+          : { ...selectors, resourceVersion };
+        /** The objects of the initial events, until the bookmark that ends them. */
+        let initial: Map<string, T> | undefined = streamed ? new Map() : undefined;
         const stream = client.watch(
           options.path,
-          { ...selectors, resourceVersion, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) },
+          { ...query, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) },
           (event) => {
-            resourceVersion = apply(event) ?? resourceVersion;
+            if (initial === undefined) {
+              resourceVersion = apply(event) ?? resourceVersion;
+              return;
+            }
+            const object = event.object as unknown as T;
+            if (event.type === 'BOOKMARK') {
+              if (object.metadata?.annotations?.[INITIAL_EVENTS_END] !== 'true') return;
+              replaceAll(initial.values());
+              initial = undefined;
+              resourceVersion = object.metadata.resourceVersion || undefined;
+              synchronised();
+            } else if (event.type === 'DELETED') initial.delete(keyOf(object));
+            else initial.set(keyOf(object), slim(object));
           },
           (timeoutSeconds + 30) * 1000,
         );
         current = stream;
         const started = Date.now();
         await stream.done;
+        if (initial !== undefined && !stopped) {
+          // Ended by its timeout with no end marker: a server that ignores the parameter.
+          streamingRefused = true;
+          logger.info(`the API server did not end the initial ${what} events; listing instead`);
+          continue;
+        }
         if (Date.now() - started < 1000) {
           // A server that ends every watch at once must not turn this loop into a busy one.
           await sleep(backoff.next());
@@ -128,8 +178,13 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
         }
       } catch (err) {
         if (stopped) break;
+        if (resourceVersion === undefined && !streamingRefused && refusesInitialEvents(err)) {
+          streamingRefused = true;
+          logger.info(`the API server does not stream initial ${what} events; listing instead`, { error: errorMessage(err) });
+          continue;
+        }
         if (isGone(err)) {
-          logger.info(`${what} watch history expired; re-listing`);
+          logger.info(`${what} watch history expired; re-syncing`);
           resourceVersion = undefined;
           continue;
         }
