@@ -72,14 +72,27 @@ for (const backend of backends)
         assert.ok(ztunnel.known.has(s.uid), `ztunnel knows ${s.name}`);
       }
       const entries = await probeSetEntries(node.netns.path, backend.sets);
-      for (const s of round) {
-        const own = entries.filter((e) => e.uid === s.uid);
-        assert.deepEqual(
-          own.map((e) => e.ip),
-          [s.ip],
-          `one probe-set entry for ${s.name}`,
-        );
+      // Every pod so far, not only this round's: a burst must not cost an earlier pod its enrolment.
+      const lost = [...sandboxes.values()].filter(
+        (s) =>
+          entries
+            .filter((e) => e.uid === s.uid)
+            .map((e) => e.ip)
+            .join() !== s.ip || !ztunnel.known.has(s.uid),
+      );
+      if (lost.length > 0) {
+        const names = new Set(lost.map((s) => `"pod":"${NS}/${s.name}"`));
+        const lines = rig.daemon.lines.filter((l) => [...names].some((n) => l.includes(n)));
+        t.diagnostic(`the agent's lines for those pods:\n${lines.slice(-60).join('\n')}`);
       }
+      assert.deepEqual(
+        lost.map(
+          (s) =>
+            `${s.name}: probe set ${JSON.stringify(entries.filter((e) => e.uid === s.uid).map((e) => e.ip))}, ztunnel ${ztunnel.known.has(s.uid)}`,
+        ),
+        [],
+        'every pod so far has one probe-set entry (its IP) and is known to ztunnel',
+      );
       assert.equal(entries.length, sandboxes.size, 'no probe-set entry beyond the enrolled pods');
       for (const s of round) {
         assert.deepEqual(duplicates(await iptablesRuleLines(s.netns.path)), [], `no duplicate iptables rules in ${s.name}`);

@@ -211,6 +211,37 @@ describe('ambient reconciliation (upstream informers_test.go cases)', () => {
     assert.deepEqual(removes[0], { op: 'remove', pod: 'job', isDelete: true, annotation: 'enabled', ips: ['10.0.0.9'] });
   });
 
+  it('an update of an enrolled pod before its namespace reaches the cache removes nothing; the namespace decides when it arrives', async () => {
+    const h = setup({ held: ['uid-web', 'uid-api'] });
+    h.reconciler.start();
+    // The CNI ADD enrolled them reading the namespace directly; the namespace watch lags the pods'.
+    h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
+    h.pods.upsert(pod('web', { ips: ['10.0.0.5'], annotation: 'enabled' }));
+    h.pods.upsert(pod('api', { ns: 'other', ips: ['10.0.1.5'], annotation: 'enabled' }));
+    h.pods.upsert(pod('api', { ns: 'other', ips: ['10.0.1.5'], annotation: 'enabled' }));
+    await h.settle();
+    assert.equal(h.calls.length, 0, 'nothing decided without the namespace');
+    h.namespaces.upsert(ns('default', AMBIENT));
+    h.namespaces.upsert(ns('other'));
+    await h.settle();
+    assert.deepEqual(
+      h.calls.map((c) => `${c.op} ${c.pod}`),
+      ['remove api'],
+      'the labelled namespace keeps its pod, the unlabelled one has it removed',
+    );
+  });
+
+  it('a pod deleted before its namespace reached the cache is still cleaned up when this agent holds its netns', async () => {
+    const h = setup({ held: ['uid-web'] });
+    h.reconciler.start();
+    h.reconciler.queue.add({ type: 'delete', namespace: 'default', name: 'web', pod: pod('web', { ips: ['10.0.0.5'] }) });
+    await h.settle();
+    assert.deepEqual(
+      h.calls.map((c) => `${c.op} ${c.pod} ${c.isDelete}`),
+      ['remove web true'],
+    );
+  });
+
   it('ignores stale update events for a pod already enrolled', async () => {
     const h = setup({ held: ['uid-web'] });
     h.namespaces.upsert(ns('default', AMBIENT));

@@ -50,6 +50,8 @@ function harness(
     carries?: boolean;
     /** Processes that still run where they were seen (`stillIn`), by pid. */
     alive?: Set<string>;
+    /** The namespaces the cache has seen (default: every one asked for). */
+    namespaces?: string[];
   } = {},
 ) {
   const calls: string[] = [];
@@ -59,7 +61,7 @@ function harness(
   const verifier = createAmbientVerifier({
     view: {
       getPod: (ns, name) => pods.find((p) => p.metadata.namespace === ns && p.metadata.name === name),
-      getNamespace: () => undefined,
+      getNamespace: (name) => (opts.namespaces === undefined || opts.namespaces.includes(name) ? { metadata: { name } } : undefined),
       listPods: () => pods,
     },
     policy: { selectors: [{ podSelector: { matchLabels: ambientLabels } }], excludeNamespaces: [], systemNamespace: 'istio-system' },
@@ -162,6 +164,12 @@ describe('ambient verifier', () => {
     assert.deepEqual(h.verifier.targets(), [{ key: 'ambient/uid-web', pod: 'default/web' }]);
     assert.deepEqual(await verifyOnly(h), { status: 'ok' });
     assert.deepEqual(h.calls, ['inspect /fake/netns', 'list']);
+  });
+
+  it('a pod whose namespace the cache has not seen yet is skipped, not judged: its annotation stays', async () => {
+    const h = harness([pod('web', { labels: {}, annotation: 'enabled' })], { enrolled: [], namespaces: [] });
+    assert.deepEqual(await verifyOnly(h), { status: 'skipped', reason: 'namespace not in the cache yet' });
+    assert.deepEqual(h.calls, []);
   });
 
   it('lists the probe set once for several pods checked in a row', async () => {

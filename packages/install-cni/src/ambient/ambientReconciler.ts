@@ -78,8 +78,16 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
     const state = redirectionState(current);
     const enrolled = state === 'enabled';
     const pending = state === 'pending';
-    const should = shouldBeEnrolled(current, view.getNamespace(event.namespace), policy);
+    const namespace = view.getNamespace(event.namespace);
     const terminal = isTerminal(current);
+    if (namespace === undefined && !terminal) {
+      // A pod exists only in a namespace that exists: this cache has not seen it yet (its watch lags
+      // the pods', the CNI ADD read it directly). Deciding without it would take a pod out of the
+      // mesh because of a cache; the namespace's arrival queues its pods again.
+      plog.debug('namespace not in the cache yet; the pod is looked at again when it arrives');
+      return;
+    }
+    const should = shouldBeEnrolled(current, namespace, policy);
 
     if ((enrolled || pending) && terminal) {
       // The old object still has the IPs: kubelet briefly posts terminal status without them
@@ -134,7 +142,11 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
     const pod = event.pod;
     const state = redirectionState(pod);
     // Exclusion does not matter here: whatever might have been enrolled is cleaned up.
-    if (state !== undefined || ambientEnabledFor(pod, view.getNamespace(event.namespace), policy.selectors)) {
+    if (
+      state !== undefined ||
+      dataplane.holdsNetns(pod.metadata.uid ?? '') ||
+      ambientEnabledFor(pod, view.getNamespace(event.namespace), policy.selectors)
+    ) {
       log.info('pod deleted; removing it from the mesh', { pod: `${event.namespace}/${event.name}` });
       await dataplane.removePodFromMesh(pod, true);
     }

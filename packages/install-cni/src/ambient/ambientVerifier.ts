@@ -257,7 +257,10 @@ export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifie
     const uid = pod.metadata.uid ?? '';
     if (pod.metadata.deletionTimestamp) return { status: 'skipped', reason: 'pod is being deleted' };
     if (isTerminal(pod)) return { status: 'skipped', reason: 'pod has terminated' };
-    const should = shouldBeEnrolled(pod, deps.view.getNamespace(pod.metadata.namespace ?? ''), deps.policy);
+    const namespace = deps.view.getNamespace(pod.metadata.namespace ?? '');
+    // Its watch lags the pods': nothing can be concluded about selection until it arrives.
+    if (namespace === undefined) return { status: 'skipped', reason: 'namespace not in the cache yet' };
+    const should = shouldBeEnrolled(pod, namespace, deps.policy);
     const annotation = pod.metadata.annotations?.[REDIRECTION_ANNOTATION];
     if (!should) {
       // Still enrolled here: the informers are removing it. Otherwise the annotation outlived enrolment.
