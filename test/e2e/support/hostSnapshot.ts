@@ -31,6 +31,13 @@ const CNI_STATE_DIRS = ['/var/lib/cni/results', '/var/lib/cni/networks'];
  */
 const HOST_PATH_DIRS = ['/run', '/etc/cni/net.d', '/opt/cni/bin', '/var/lib/cni', '/proc/sys/fs/binfmt_misc'];
 
+/**
+ * The machine's own state under those directories that a first use creates and nothing removes:
+ * util-linux's libmount makes `/run/mount` (its utab and lock) the first time `mount` or `umount`
+ * runs, so on a new machine the tests' bind mounts would otherwise count as a leftover.
+ */
+const MACHINE_STATE_PATHS = new Set(['/run/mount']);
+
 /** Host-wide sysctls the rig and the cluster write: kubelet's kernel tunables, the bridge gateway's forwarding. */
 const SYSCTLS = [
   ...KUBELET_KERNEL_TUNABLES,
@@ -126,7 +133,9 @@ export async function takeHostSnapshot(): Promise<HostSnapshot> {
     mounts: mounts.sort(),
     cgroups: cgroups().sort(),
     sysctls: sysctls(),
-    hostPaths: HOST_PATH_DIRS.flatMap(entries).sort(),
+    hostPaths: HOST_PATH_DIRS.flatMap(entries)
+      .filter((path) => !MACHINE_STATE_PATHS.has(path))
+      .sort(),
     cniState: CNI_STATE_DIRS.flatMap(entries).sort(),
     processes: processes.sort(),
   };
