@@ -113,7 +113,12 @@ export function createAmbientReconciler(deps: AmbientReconcilerDeps): AmbientRec
     }
     if ((enrolled === should && !pending) || terminal) return;
     if (!should) {
-      plog.info('pod no longer selected for ambient; removing it from the mesh');
+      // Why, in the terms an operator changes: the namespace's selection and the pod's own label.
+      plog.info('pod no longer selected for ambient; removing it from the mesh', {
+        namespaceSelected: namespace !== undefined && namespaceSelectedForAmbient(namespace, policy.selectors),
+        excluded: policy.excludeNamespaces.includes(event.namespace),
+        podLabel: current.metadata.labels?.['istio.io/dataplane-mode'] ?? null,
+      });
       await dataplane.removePodFromMesh(current, false);
       return;
     }
