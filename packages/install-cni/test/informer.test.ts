@@ -238,6 +238,29 @@ describe('informer', () => {
     assert.equal(queries[1]?.get('resourceVersion'), '12', 'from the last event after the end marker');
   });
 
+  it('a stream that breaks after the sync is followed by a streaming sync not older than its last event, not a resume', async (t) => {
+    let watches = 0;
+    const { seen, client } = await scriptedApi(t, (_req, res) => {
+      watches++;
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      if (watches === 1) {
+        // The API server dies after one more event.
+        res.write(line('ADDED', pod('a', '5')) + endOfInitialEvents('10') + line('ADDED', pod('b', '12')), () => res.socket?.destroy());
+      } else {
+        // The new one's state: a gone meanwhile, b unchanged, c new.
+        res.write(line('ADDED', pod('b', '12')) + line('ADDED', pod('c', '20')) + endOfInitialEvents('21'));
+      }
+    });
+    const { events } = podInformer(t, client);
+    await waitFor('c', () => events.includes('add c') || undefined);
+    assert.deepEqual(events, ['add a', 'add b', 'add c', 'delete a']);
+    const second = seen[1]?.url.searchParams;
+    assert.equal(second?.get('sendInitialEvents'), 'true');
+    assert.equal(second?.get('resourceVersionMatch'), 'NotOlderThan');
+    assert.equal(second?.get('resourceVersion'), '12', 'not older than the last event seen');
+    assert.equal(seen.length, 2, 'one request to sync again');
+  });
+
   it('a streaming list cut before its end marker is started again; a server that ends it without the marker is listed instead', async (t) => {
     let watches = 0;
     let lists = 0;

@@ -37,6 +37,11 @@ function keyOf(o: Meta): string {
   return `${o.metadata.namespace ?? ''}/${o.metadata.name ?? ''}`;
 }
 
+/** The watch was cut (not refused by a server that is down, not an HTTP error answer). */
+function streamBroke(err: unknown): boolean {
+  return !(err instanceof KubeApiError) && (err as NodeJS.ErrnoException).code !== 'ECONNREFUSED';
+}
+
 function isGone(err: unknown): boolean {
   return err instanceof KubeApiError && err.code === 410;
 }
@@ -59,8 +64,9 @@ function refusesInitialEvents(err: unknown): boolean {
  * the API server's watch cache, with no LIST. A server that refuses that is listed page by page
  * instead, from then on. Either way the synced set is diffed against the store, so after a re-sync an
  * object deleted meanwhile produces a delete and an unchanged one produces nothing. A watch the
- * server ends is resumed from the last resourceVersion seen (bookmarks included); `410 Gone`
- * (history compacted) re-syncs; any other failure is retried with backoff.
+ * server ends is resumed from the last resourceVersion seen (bookmarks included); one that broke is
+ * followed by a streaming sync not older than it; `410 Gone` (history compacted) re-syncs; any other
+ * failure is retried with backoff.
  */
 export function runInformer<T extends Meta>(client: KubeClient, options: InformerOptions<T>): Informer {
   const { store, logger, what } = options;
@@ -118,6 +124,8 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
 
   /** Set once the server refused to stream initial events: later syncs list. */
   let streamingRefused = false;
+  /** A broken stream's last resourceVersion: the next streaming sync asks for a state not older than it. */
+  let resyncFrom: string | undefined;
 
   async function loop(): Promise<void> {
     const backoff = new Backoff({ initialMs: initialDelay, maxMs: MAX_RETRY_DELAY_MS });
@@ -137,7 +145,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
         // The server ends the watch after timeoutSeconds (5–10 min, spread like client-go's).
         const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
         const query = streamed
-          ? { ...selectors, sendInitialEvents: 'true', resourceVersionMatch: 'NotOlderThan' }
+          ? { ...selectors, sendInitialEvents: 'true', resourceVersionMatch: 'NotOlderThan', resourceVersion: resyncFrom }
           : { ...selectors, resourceVersion };
         /** The objects of the initial events, until the bookmark that ends them. */
         let initial: Map<string, T> | undefined = streamed ? new Map() : undefined;
@@ -155,6 +163,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
               replaceAll(initial.values());
               initial = undefined;
               resourceVersion = object.metadata.resourceVersion || undefined;
+              resyncFrom = undefined;
               synchronised();
             } else if (event.type === 'DELETED') initial.delete(keyOf(object));
             else initial.set(keyOf(object), slim(object));
@@ -186,7 +195,15 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
         if (isGone(err)) {
           logger.info(`${what} watch history expired; re-syncing`);
           resourceVersion = undefined;
+          resyncFrom = undefined;
           continue;
+        }
+        if (resourceVersion !== undefined && !streamingRefused && streamBroke(err)) {
+          // As client-go's reflector: a stream that broke (the API server gone, a connection cut)
+          // is followed by a streaming sync, one request, rather than a resume that a restarted
+          // API server answers 410 and a sync after it.
+          resyncFrom = resourceVersion;
+          resourceVersion = undefined;
         }
         // A 429's Retry-After is a floor (the client has already retried the list within its deadline).
         const delay = Math.max(backoff.next(), err instanceof KubeApiError ? (err.retryAfterMs ?? 0) : 0);
