@@ -150,6 +150,8 @@ export function makePeer(
           CNI_BIN_TARGET_DIRS: hostBin,
           SERVICE_ACCOUNT_DIR: saDir,
           READINESS_PORT: String(readinessPort),
+          // E.g. `--cpu-prof --cpu-prof-dir=…` to see where an agent's CPU goes (docs/benchmarks.md).
+          ...(process.env.PEER_OURS_NODE_OPTIONS ? { NODE_OPTIONS: process.env.PEER_OURS_NODE_OPTIONS } : {}),
         };
       } else {
         const root = join(dir, 'root');
