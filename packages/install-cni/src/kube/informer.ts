@@ -47,7 +47,7 @@ function isGone(err: unknown): boolean {
 }
 
 /** The annotation of the bookmark that ends a watch's initial events (streaming list, KEP-3157). */
-export const INITIAL_EVENTS_END = 'k8s.io/initial-events-end';
+const INITIAL_EVENTS_END = 'k8s.io/initial-events-end';
 
 /**
  * A server that does not stream initial events: one with the WatchList feature off refuses
@@ -137,7 +137,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
     while (!stopped) {
       try {
         const streamed = resourceVersion === undefined && !streamingRefused;
-        if (resourceVersion === undefined && !streamed) {
+        if (resourceVersion === undefined && streamingRefused) {
           resourceVersion = await list();
           synchronised();
         }
