@@ -1,13 +1,15 @@
 // `make down`: removes everything `make up` created (processes, sandboxes, netns, links, cgroups,
 // mounts, kubelet's sysctls, .cluster/), from the record `make up` keeps in .cluster/state.json.
+import { releaseHost } from '../support/hostClaim.ts';
+import { CLUSTER_DIR, HOST_CLAIM_FILE } from './layout.ts';
 import { loadState } from './state.ts';
 import { tearDown } from './teardown.ts';
-import { CLUSTER_DIR } from './layout.ts';
 
 const started = Date.now();
 const state = loadState();
 if (state === undefined) {
   console.log(`no cluster: ${CLUSTER_DIR}/state.json does not exist`);
+  releaseHost(HOST_CLAIM_FILE, CLUSTER_DIR);
 } else {
   const problems = await tearDown(state);
   if (problems.length > 0) {

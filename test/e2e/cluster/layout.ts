@@ -6,6 +6,8 @@ import { REPO_ROOT } from '../support/rigPaths.ts';
 export const CLUSTER_DIR = join(REPO_ROOT, '.cluster');
 export const STATE_FILE = join(CLUSTER_DIR, 'state.json');
 export const KUBECONFIG_FILE = join(CLUSTER_DIR, 'kubeconfig');
+/** Which checkout's cluster holds the machine's cluster names (bridge, netns, veths, cgroups): test/e2e/support/hostClaim.ts. */
+export const HOST_CLAIM_FILE = '/run/istio-cni-cluster.claim';
 
 // The node network: a host bridge carrying the control plane's address, one veth per node. Each
 // address family has its plan; a cluster of `IP_FAMILY` (ipv4, ipv6 or dual) takes one or both, its

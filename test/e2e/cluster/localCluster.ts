@@ -5,11 +5,13 @@ import { ctrArgv } from '../support/containerd.ts';
 import { REPO_ROOT, rigBinary, type RigBinary } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import { startControlPlane, type ControlPlane } from './controlPlane.ts';
-import { CLUSTER_DIR, clusterAddressing, type IpFamily, KUBECONFIG_FILE, MAX_NODES, nodeLayout } from './layout.ts';
-import { createNodeBridge, createNodeNetns, routePodCidrs } from './network.ts';
+import { CLUSTER_DIR, clusterAddressing, HOST_CLAIM_FILE, type IpFamily, KUBECONFIG_FILE, MAX_NODES, nodeLayout } from './layout.ts';
+import { claimHost } from '../support/hostClaim.ts';
+import { createNodeBridge, createNodeNetns, removeUnclaimedNodeNetwork, routePodCidrs } from './network.ts';
 import { startNode, waitNodeReady, type RunningNode } from './node.ts';
 import { writeBusyboxImage } from './ociImage.ts';
 import { emptyState, loadState, saveState } from './state.ts';
+import { clusterClaimHolder } from './teardown.ts';
 
 /** Debian's busybox-static, imported into every node: the workload image of examples and e2e pods. */
 export const WORKLOAD_IMAGE = 'localhost/istio-cni-cluster/busybox:v1';
@@ -81,8 +83,10 @@ export async function bringUp(options: LocalClusterOptions): Promise<LocalCluste
   ];
   for (const b of needed) rigBinary(b);
 
+  await claimHost(HOST_CLAIM_FILE, CLUSTER_DIR, clusterClaimHolder, log);
   const state = emptyState();
   saveState(state);
+  await removeUnclaimedNodeNetwork(log);
   const addressing = clusterAddressing(options.ipFamily);
   const nodes = Array.from({ length: options.nodes }, (_, i) => nodeLayout(i + 1, addressing));
   log(`node network, ${addressing.ipFamily} (${nodes.map((n) => `${n.name} ${n.ips.join(' ')} pods ${n.podCidrs.join(' ')}`).join(', ')})`);

@@ -1,3 +1,4 @@
+import { existsSync, readdirSync } from 'node:fs';
 import { runCommand } from '../support/runCommand.ts';
 import { type ClusterAddressing, NODE_BRIDGE, type NodeLayout } from './layout.ts';
 import { saveState, type ClusterState } from './state.ts';
@@ -21,6 +22,26 @@ function addRoute(netns: string | undefined, family: 4 | 6, dst: string, via: st
     'dev',
     dev,
   ]);
+}
+
+/**
+ * What carries the node network's names with no cluster's record behind it (left by a cluster
+ * killed before it claimed the machine, or by a rig older than the claim): the caller holds the
+ * claim, so nothing running owns them. Removed, each one logged.
+ */
+export async function removeUnclaimedNodeNetwork(log: (line: string) => void): Promise<void> {
+  const links = readdirSync('/sys/class/net').filter((l) => l === NODE_BRIDGE || /^icn-node-\d+$/.test(l));
+  const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((n) => /^istio-cni-node-\d+$/.test(n)) : [];
+  for (const n of netns) {
+    log(`removing netns ${n}, which no cluster's record holds`);
+    await runCommand(['ip', 'netns', 'delete', n]);
+  }
+  for (const l of links) {
+    // A node's veth goes with its netns.
+    if (!existsSync(`/sys/class/net/${l}`)) continue;
+    log(`removing link ${l}, which no cluster's record holds`);
+    await runCommand(['ip', 'link', 'delete', l]);
+  }
 }
 
 /**

@@ -33,9 +33,10 @@ export function emptyState(): ClusterState {
   return { processes: [], runtimes: [], netns: [], links: [], hostDirs: [], cgroups: [], sysctls: {}, rigBin: RIG_BIN };
 }
 
-export function loadState(): ClusterState | undefined {
-  if (!existsSync(STATE_FILE)) return undefined;
-  return { ...emptyState(), ...(JSON.parse(readFileSync(STATE_FILE, 'utf8')) as Partial<ClusterState>) };
+/** The record in `file` (this checkout's by default), or undefined when there is none. */
+export function loadState(file = STATE_FILE): ClusterState | undefined {
+  if (!existsSync(file)) return undefined;
+  return { ...emptyState(), ...(JSON.parse(readFileSync(file, 'utf8')) as Partial<ClusterState>) };
 }
 
 export function saveState(state: ClusterState): void {

@@ -2,18 +2,20 @@ import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { killProcessesMentioning, removeCgroupTree, unmountUnder } from '../support/containerd.ts';
+import { type ClaimHolder, releaseHost } from '../support/hostClaim.ts';
 import { RIG_BIN } from '../support/rigPaths.ts';
 import { runCommand } from '../support/runCommand.ts';
 import { isRunning, stopDetached } from './detached.ts';
-import { CLUSTER_DIR } from './layout.ts';
-import type { ClusterState } from './state.ts';
+import { CLUSTER_DIR, HOST_CLAIM_FILE } from './layout.ts';
+import { type ClusterState, loadState } from './state.ts';
 
 /**
  * Undoes what state records, in order: kubelets, every sandbox (so the primary CNI and istio-cni
  * get their DEL), the rest of the processes, leftover shims and container processes, namespaces,
- * links, cgroups, sysctls, mount points, then `.cluster/`. Returns what could not be removed.
+ * links, cgroups, sysctls, mount points, then `.cluster/` (`clusterDir`, another checkout's when
+ * `make up` removes what a killed cluster left) and the machine's claim. Returns what could not be removed.
  */
-export async function tearDown(state: ClusterState): Promise<string[]> {
+export async function tearDown(state: ClusterState, clusterDir = CLUSTER_DIR): Promise<string[]> {
   const problems: string[] = [];
   const processes = [...state.processes].sort((a, b) => a.stopOrder - b.stopOrder);
   const crictl = join(RIG_BIN, 'crictl');
@@ -36,9 +38,9 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
     }
   }
   // Shims carry the containerd socket path on their command line; containers sit in the node cgroups.
-  await killProcessesMentioning(CLUSTER_DIR);
+  await killProcessesMentioning(clusterDir);
   for (const name of state.cgroups) killCgroupProcesses(name);
-  await unmountUnder(CLUSTER_DIR);
+  await unmountUnder(clusterDir);
   for (const netns of state.netns) {
     const result = await runCommand(['ip', 'netns', 'delete', netns], { allowFailure: true });
     if (result.exitCode !== 0 && existsSync(`/run/netns/${netns}`)) problems.push(`netns ${netns}: ${result.stderr.trim()}`);
@@ -71,8 +73,34 @@ export async function tearDown(state: ClusterState): Promise<string[]> {
   for (const name of state.cgroups) {
     for (const h of cgroupDirs()) if (existsSync(join(h, name))) problems.push(`cgroup ${join(h, name)} remains`);
   }
-  if (problems.length === 0) rmSync(CLUSTER_DIR, { recursive: true, force: true });
+  if (problems.length === 0) {
+    rmSync(clusterDir, { recursive: true, force: true });
+    releaseHost(HOST_CLAIM_FILE, clusterDir);
+  }
   return problems;
+}
+
+/** A cluster directory's record read as the claim needs it: this or another checkout's `.cluster/`. */
+export const clusterClaimHolder: ClaimHolder = {
+  liveProcess(dir) {
+    const running = readRecord(dir)?.processes.find(isRunning);
+    return running === undefined ? undefined : `${running.name}, pid ${running.pid}`;
+  },
+  async tearDown(dir) {
+    const state = readRecord(dir);
+    if (state !== undefined) return tearDown(state, dir);
+    releaseHost(HOST_CLAIM_FILE, dir);
+    return [];
+  },
+};
+
+/** A cluster directory's state.json; one that does not parse is no record (its names are swept as unclaimed). */
+function readRecord(dir: string): ClusterState | undefined {
+  try {
+    return loadState(join(dir, 'state.json'));
+  } catch {
+    return undefined;
+  }
 }
 
 function socketAccepts(path: string): Promise<boolean> {
