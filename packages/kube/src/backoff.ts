@@ -70,7 +70,7 @@ export interface RetryOptions {
 
 /** Runs `fn` until it succeeds, `classify` says stop, the attempts run out or the deadline would pass. */
 export async function retryWithBackoff<T>(fn: (attempt: number) => Promise<T>, o: RetryOptions): Promise<T> {
-  const now = o.now ?? Date.now;
+  const now = o.now ?? (() => performance.now());
   const sleep = o.sleep ?? ((ms: number) => sleepFor(ms));
   const started = now();
   for (let attempt = 1; ; attempt++) {

@@ -304,7 +304,7 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
       const timeoutMs = req.timeoutMs ?? options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
       const deadlineMs = req.deadlineMs ?? options.deadlineMs ?? DEFAULT_DEADLINE_MS;
       const idempotent = req.idempotent ?? req.method === 'GET';
-      const started = Date.now();
+      const started = performance.now();
       const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
       let staleRetries = 0;
       let transientRetries = 0;
@@ -317,14 +317,17 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         transientRetries++;
         return err instanceof KubeApiError && err.retryAfterMs !== undefined ? { retry: true, afterMs: err.retryAfterMs } : { retry: true };
       };
-      return retryWithBackoff(() => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (Date.now() - started)))), {
-        policy: options.backoff ?? DEFAULT_BACKOFF,
-        maxAttempts: maxAttempts + MAX_STALE_SOCKET_RETRIES,
-        deadlineMs,
-        classify,
-        ...(options.onRetry ? { onRetry: (err: unknown, n: number, ms: number) => options.onRetry?.(err as Error, n, ms) } : {}),
-        ...(options.sleep ? { sleep: options.sleep } : {}),
-      });
+      return retryWithBackoff(
+        () => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (performance.now() - started)))),
+        {
+          policy: options.backoff ?? DEFAULT_BACKOFF,
+          maxAttempts: maxAttempts + MAX_STALE_SOCKET_RETRIES,
+          deadlineMs,
+          classify,
+          ...(options.onRetry ? { onRetry: (err: unknown, n: number, ms: number) => options.onRetry?.(err as Error, n, ms) } : {}),
+          ...(options.sleep ? { sleep: options.sleep } : {}),
+        },
+      );
     },
 
     watch(path, query, onEvent, idleTimeoutMs) {

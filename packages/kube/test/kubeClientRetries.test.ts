@@ -153,11 +153,11 @@ describe('kube client retries', () => {
       /POST \/api\/v1\/namespaces\/a\/events: HTTP 503/,
     );
     assert.equal(seen.length, 1);
-    const started = Date.now();
     const err = await client.request({ method: 'GET', path: '/api/v1/nodes/n' }).catch((e: unknown) => e);
-    assert.ok(Date.now() - started < 1000, 'within the deadline');
     assert.ok(err instanceof KubeApiError && err.code === 503 && isTransientKubeError(err));
-    assert.ok(seen.length > 2, `retried: ${seen.length}`);
+    // Waits of at least 100 ms each: no attempt starts after the 600 ms deadline, however slow the machine.
+    const gets = seen.length - 1;
+    assert.ok(gets > 1 && gets <= 6, `GET attempts: ${gets}`);
   });
 
   it('names the call on a connection failure and retries it for idempotent calls', async (t) => {

@@ -28,7 +28,7 @@ export interface SandboxRelocatorOptions {
  * verifier checks at every pass, so a reused pid is never taken for the pod).
  */
 export function createSandboxRelocator(options: SandboxRelocatorOptions): SandboxRelocator {
-  const now = options.now ?? Date.now;
+  const now = options.now ?? (() => performance.now());
   const ttl = options.scanTtlMs ?? 5_000;
   let locator: Promise<PodProcessNetnsLocator> | undefined;
   let scan: SharedProcessScan | undefined;

@@ -33,7 +33,7 @@ export type DriftAction = 'repaired' | 'failed' | 'reported';
 /** The last verification of one pod (kept for `doctor` and tests). */
 export interface PodVerification {
   pod: string;
-  /** Milliseconds since the epoch (the loop's clock). */
+  /** Milliseconds since the epoch (the wall clock; the schedule runs on the monotonic `VerificationClock`). */
   at: number;
   status: VerifyOutcome['status'];
   drift: Drift[];
@@ -87,7 +87,8 @@ function sameDrift(a: readonly Drift[], b: readonly Drift[]): boolean {
 }
 
 export const systemClock: VerificationClock = {
-  now: () => Date.now(),
+  // Monotonic: a stepped wall clock must not stall or bunch the passes.
+  now: () => performance.now(),
   sleep: (ms, signal) =>
     new Promise((resolve) => {
       if (signal.aborted) return resolve();
@@ -134,7 +135,7 @@ export function createVerificationLoop(options: VerificationLoopOptions): Verifi
     const log = options.logger.with(node ? { state: target.pod } : { pod: target.pod });
     const subject = node ? 'node state' : 'pod';
     const first = await check(target);
-    const record: PodVerification = { pod: target.pod, at: clock.now(), status: first.status, drift: [] };
+    const record: PodVerification = { pod: target.pod, at: Date.now(), status: first.status, drift: [] };
     options.verified?.inc({ result: first.status });
     if (first.status === 'skipped' || first.status === 'unverifiable') {
       if (first.status === 'skipped') record.error = first.reason;

@@ -125,7 +125,7 @@ const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
  * A pod whose selection changed is left to the informers (`ambientReconciler.ts`).
  */
 export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifier {
-  const now = deps.now ?? Date.now;
+  const now = deps.now ?? (() => performance.now());
   /** uid + netns inode → the change token at which its in-pod rules were last found in place. */
   const rulesInPlaceAt = new Map<string, { token: number | string; planKey: string }>();
   const { backend } = deps;

@@ -171,7 +171,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           (timeoutSeconds + 30) * 1000,
         );
         current = stream;
-        const started = Date.now();
+        const started = performance.now();
         await stream.done;
         if (initial !== undefined && !stopped) {
           // Ended by its timeout with no end marker: a server that ignores the parameter.
@@ -179,7 +179,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           logger.info(`the API server did not end the initial ${what} events; listing instead`);
           continue;
         }
-        if (Date.now() - started < 1000) {
+        if (performance.now() - started < 1000) {
           // A server that ends every watch at once must not turn this loop into a busy one.
           await sleep(backoff.next());
         } else {
