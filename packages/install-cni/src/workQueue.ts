@@ -1,4 +1,4 @@
-import { backoffDelay } from '@istio-cni/kube';
+import { backoffDelay, monotonicNow } from '@istio-cni/kube';
 
 export type DropReason = 'queue full' | 'too many attempts';
 
@@ -43,7 +43,7 @@ export function createWorkQueue<T>(o: WorkQueueOptions<T>): WorkQueue<T> {
   const maxAttempts = o.maxAttempts ?? Infinity;
   const maxQueued = o.maxQueued ?? Infinity;
   const concurrency = o.concurrency ?? Infinity;
-  const takeToken = o.rate === undefined ? () => 0 : tokenBucket(o.rate.perSecond, o.rate.burst, o.now ?? (() => performance.now()));
+  const takeToken = o.rate === undefined ? () => 0 : tokenBucket(o.rate.perSecond, o.rate.burst, o.now ?? monotonicNow);
   /** Keys to run, in the order they were queued (a Map keeps insertion order). */
   const waiting = new Map<string, T>();
   /** Keys added while they were running: queued again once that run ends. */

@@ -68,9 +68,15 @@ export interface RetryOptions {
   random?(): number;
 }
 
+/**
+ * The clock for every duration, deadline and schedule: monotonic, unlike `Date.now()`, which a
+ * stepped wall clock moves back or forward (holding a schedule back, bursting a rate limiter).
+ */
+export const monotonicNow = (): number => performance.now();
+
 /** Runs `fn` until it succeeds, `classify` says stop, the attempts run out or the deadline would pass. */
 export async function retryWithBackoff<T>(fn: (attempt: number) => Promise<T>, o: RetryOptions): Promise<T> {
-  const now = o.now ?? (() => performance.now());
+  const now = o.now ?? monotonicNow;
   const sleep = o.sleep ?? ((ms: number) => sleepFor(ms));
   const started = now();
   for (let attempt = 1; ; attempt++) {

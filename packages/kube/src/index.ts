@@ -2,7 +2,15 @@ export { loadKubeConfig, parseKubeconfigText, readKubeconfigFile, type KubeConfi
 export { credentialsFromKubeconfig, type KubeCredentials } from './kubeconfigCredentials.ts';
 export { parseInstallerKubeconfig } from './installerKubeconfig.ts';
 export { readKubeconfigFileLazily } from './readKubeconfigFileLazily.ts';
-export { Backoff, backoffDelay, retryWithBackoff, type BackoffPolicy, type RetryDecision, type RetryOptions } from './backoff.ts';
+export {
+  Backoff,
+  backoffDelay,
+  monotonicNow,
+  retryWithBackoff,
+  type BackoffPolicy,
+  type RetryDecision,
+  type RetryOptions,
+} from './backoff.ts';
 export {
   IDLE_SOCKET_MS,
   JSON_PATCH,

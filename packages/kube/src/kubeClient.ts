@@ -1,6 +1,6 @@
 import type { ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import type { Socket } from 'node:net';
-import { retryWithBackoff, type BackoffPolicy, type RetryDecision } from './backoff.ts';
+import { monotonicNow, retryWithBackoff, type BackoffPolicy, type RetryDecision } from './backoff.ts';
 import { bunFetchExchange, isBun, type HttpExchange } from './fetchExchange.ts';
 import type { KubeCredentials } from './kubeconfigCredentials.ts';
 
@@ -304,7 +304,7 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
       const timeoutMs = req.timeoutMs ?? options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
       const deadlineMs = req.deadlineMs ?? options.deadlineMs ?? DEFAULT_DEADLINE_MS;
       const idempotent = req.idempotent ?? req.method === 'GET';
-      const started = performance.now();
+      const started = monotonicNow();
       const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
       let staleRetries = 0;
       let transientRetries = 0;
@@ -318,7 +318,7 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         return err instanceof KubeApiError && err.retryAfterMs !== undefined ? { retry: true, afterMs: err.retryAfterMs } : { retry: true };
       };
       return retryWithBackoff(
-        () => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (performance.now() - started)))),
+        () => attempt<T>(req, path, payload, Math.max(1, Math.min(timeoutMs, deadlineMs - (monotonicNow() - started)))),
         {
           policy: options.backoff ?? DEFAULT_BACKOFF,
           maxAttempts: maxAttempts + MAX_STALE_SOCKET_RETRIES,

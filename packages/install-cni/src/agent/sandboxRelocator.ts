@@ -1,3 +1,4 @@
+import { monotonicNow } from '@istio-cni/kube';
 import {
   createNetnsOwnershipCheck,
   createPodProcessNetnsLocator,
@@ -28,7 +29,7 @@ export interface SandboxRelocatorOptions {
  * verifier checks at every pass, so a reused pid is never taken for the pod).
  */
 export function createSandboxRelocator(options: SandboxRelocatorOptions): SandboxRelocator {
-  const now = options.now ?? (() => performance.now());
+  const now = options.now ?? monotonicNow;
   const ttl = options.scanTtlMs ?? 5_000;
   let locator: Promise<PodProcessNetnsLocator> | undefined;
   let scan: SharedProcessScan | undefined;

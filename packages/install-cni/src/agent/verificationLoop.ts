@@ -1,6 +1,7 @@
 import { errorMessage } from '@istio-cni/cni';
 import type { Drift } from '@istio-cni/dataplane';
 import type { Logger } from '@istio-cni/handoff';
+import { monotonicNow } from '@istio-cni/kube';
 
 /** One pod the agent manages, or one piece of the node's own state, as the verification loop sees it. */
 export interface VerificationTarget {
@@ -87,8 +88,7 @@ function sameDrift(a: readonly Drift[], b: readonly Drift[]): boolean {
 }
 
 export const systemClock: VerificationClock = {
-  // Monotonic: a stepped wall clock must not stall or bunch the passes.
-  now: () => performance.now(),
+  now: monotonicNow,
   sleep: (ms, signal) =>
     new Promise((resolve) => {
       if (signal.aborted) return resolve();

@@ -1,3 +1,4 @@
+import { monotonicNow } from '@istio-cni/kube';
 import { ambientPodOverrides, type AmbientConfig, type AmbientPodOverrides, type Pod } from '@istio-cni/capture';
 import { errorMessage } from '@istio-cni/cni';
 import {
@@ -125,7 +126,7 @@ const podName = (p: Pod) => `${p.metadata.namespace}/${p.metadata.name}`;
  * A pod whose selection changed is left to the informers (`ambientReconciler.ts`).
  */
 export function createAmbientVerifier(deps: AmbientVerifierDeps): AmbientVerifier {
-  const now = deps.now ?? (() => performance.now());
+  const now = deps.now ?? monotonicNow;
   /** uid + netns inode → the change token at which its in-pod rules were last found in place. */
   const rulesInPlaceAt = new Map<string, { token: number | string; planKey: string }>();
   const { backend } = deps;

@@ -1,3 +1,4 @@
+import { monotonicNow } from '@istio-cni/kube';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface ThrottleOptions {
@@ -24,7 +25,7 @@ export class InstallThrottle {
   #last: number;
   #hits = 0;
 
-  constructor(o: Partial<ThrottleOptions> = {}, now: () => number = () => performance.now()) {
+  constructor(o: Partial<ThrottleOptions> = {}, now: () => number = monotonicNow) {
     this.#o = { ...DEFAULT_THROTTLE, ...o };
     this.#now = now;
     this.#tokens = this.#o.burst;

@@ -1,7 +1,7 @@
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { ObjectStore } from './clusterView.ts';
-import { Backoff, KubeApiError, type KubeClient, type WatchEvent } from '@istio-cni/kube';
+import { Backoff, KubeApiError, monotonicNow, type KubeClient, type WatchEvent } from '@istio-cni/kube';
 
 type Meta = { metadata: { name?: string; namespace?: string; resourceVersion?: string; annotations?: Record<string, string> } };
 
@@ -171,7 +171,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           (timeoutSeconds + 30) * 1000,
         );
         current = stream;
-        const started = performance.now();
+        const started = monotonicNow();
         await stream.done;
         if (initial !== undefined && !stopped) {
           // Ended by its timeout with no end marker: a server that ignores the parameter.
@@ -179,7 +179,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
           logger.info(`the API server did not end the initial ${what} events; listing instead`);
           continue;
         }
-        if (performance.now() - started < 1000) {
+        if (monotonicNow() - started < 1000) {
           // A server that ends every watch at once must not turn this loop into a busy one.
           await sleep(backoff.next());
         } else {
