@@ -3,7 +3,9 @@ import { describe, it, type TestContext } from 'node:test';
 import { createJsonLogger } from '@istio-cni/handoff';
 import type { KubeClient } from '@istio-cni/kube';
 import { ObjectStore } from '../src/kube/clusterView.ts';
+import { POD_TYPE } from '../src/kube/coreV1Schemas.ts';
 import { runInformer } from '../src/kube/informer.ts';
+import { envelope, message, watchFrame } from '../../../test/support/protobufEncode.ts';
 import type { ServerResponse } from 'node:http';
 import { scriptedKubeApi as scriptedApi, sendJson as json, type SeenRequest } from '../../../test/support/scriptedKubeApi.ts';
 import { waitFor } from './testHelpers.ts';
@@ -295,5 +297,50 @@ describe('informer', () => {
       ),
       ['stream', 'stream', 'list', 'watch@40'],
     );
+  });
+
+  it('with a protobuf type: asks for protobuf, and keeps only its fields whether the pods came in protobuf, a JSON watch or a JSON list', async (t) => {
+    const full = {
+      metadata: { name: 'j', namespace: 'default', resourceVersion: '3', generateName: 'j-', managedFields: [{ manager: 'x' }] },
+      spec: { nodeName: 'n1', dnsPolicy: 'ClusterFirst', containers: [{ name: 'app', image: 'app' }] },
+      status: { phase: 'Running', hostIP: '192.168.0.1' },
+    };
+    const kept = { metadata: { name: 'j', namespace: 'default', resourceVersion: '3' }, spec: { containers: [{ name: 'app' }], nodeName: 'n1' }, status: { phase: 'Running' } };
+    const accepts: string[] = [];
+    const protobufPod = envelope(
+      'Pod',
+      message([
+        [1, [[1, 'p'], [2, 'p-'], [3, 'default'], [6, '2']]],
+        [2, [[2, [[1, 'app'], [2, 'app']]], [10, 'n1'], [6, 'ClusterFirst']]],
+        [3, [[1, 'Running'], [5, '192.168.0.1']]],
+      ]),
+    );
+    const protobufEnd = envelope('Pod', message([[1, [[6, '2'], [12, [[1, 'k8s.io/initial-events-end'], [2, 'true']]]]]]));
+    const { client } = await scriptedApi(t, (req, res) => {
+      accepts.push(String(req.headers.accept));
+      if (req.url.searchParams.get('fieldSelector') === 'spec.nodeName=pb') {
+        res.writeHead(200, { 'Content-Type': 'application/vnd.kubernetes.protobuf;stream=watch' });
+        res.write(Buffer.concat([watchFrame('ADDED', protobufPod), watchFrame('BOOKMARK', protobufEnd)]));
+      } else if (req.url.searchParams.get('fieldSelector') === 'spec.nodeName=json') {
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.write(line('ADDED', full) + endOfInitialEvents('3'));
+      } else if (!refuseStreaming(req, res)) {
+        if (req.url.searchParams.get('watch') === 'true') res.writeHead(200, { 'Content-Type': 'application/json' });
+        else json(res, 200, { metadata: { resourceVersion: '3' }, items: [full] });
+      }
+    });
+    const run = (fieldSelector: string) => {
+      const store = new ObjectStore<{ metadata: { name?: string } }>();
+      const informer = runInformer(client, { what: 'pod', path: '/api/v1/pods', fieldSelector, store, protobuf: POD_TYPE, logger, retryDelayMs: 5 });
+      t.after(() => informer.stop());
+      return informer.synced.then(() => store.list());
+    };
+    assert.deepEqual(await run('spec.nodeName=pb'), [
+      { metadata: { name: 'p', namespace: 'default', resourceVersion: '2' }, spec: { containers: [{ name: 'app' }], nodeName: 'n1' }, status: { phase: 'Running' } },
+    ]);
+    assert.deepEqual(await run('spec.nodeName=json'), [kept]);
+    assert.deepEqual(await run('spec.nodeName=list'), [kept]);
+    assert.ok(accepts.length >= 4);
+    for (const a of accepts.slice(0, 2)) assert.equal(a, 'application/vnd.kubernetes.protobuf, application/json', 'watches ask for protobuf');
   });
 });

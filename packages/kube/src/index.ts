@@ -27,6 +27,10 @@ export {
   type KubeRequest,
   type WatchEvent,
   type WatchEventType,
+  type WatchOptions,
   type WatchStream,
 } from './kubeClient.ts';
+export { decodeMessage, messageSchema, projectJson, type FieldSchema, type MessageSchema } from './protobuf/messageSchema.ts';
+export { decodeStatusBody, decodeWatchFrame, type ProtobufObjectType } from './protobuf/watchProtobuf.ts';
+export { ProtobufError } from './protobuf/wireReader.ts';
 export { daemonSetPath, eventsPath, namespacePath, nodePath, podPath, podStatusPath } from './resourcePaths.ts';

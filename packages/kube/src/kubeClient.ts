@@ -1,8 +1,17 @@
 import type { ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import type { Socket } from 'node:net';
 import { monotonicNow, retryWithBackoff, type BackoffPolicy, type RetryDecision } from './backoff.ts';
+import { projectJson } from './protobuf/messageSchema.ts';
 import { bunFetchExchange, isBun, type HttpExchange } from './fetchExchange.ts';
 import type { KubeCredentials } from './kubeconfigCredentials.ts';
+import {
+  FRAME_HEADER_BYTES,
+  PROTOBUF_WATCH_ACCEPT,
+  decodeStatusBody,
+  decodeWatchFrame,
+  isProtobufContentType,
+  type ProtobufObjectType,
+} from './protobuf/watchProtobuf.ts';
 
 /**
  * A small Kubernetes REST client over node:http(s): JSON requests and watch streams, with the
@@ -87,6 +96,15 @@ export interface WatchStream {
   stop(): void;
 }
 
+export interface WatchOptions {
+  /**
+   * Ask for protobuf (as client-go does; a third fewer bytes than JSON) and decode only this
+   * type's fields. A server that answers JSON is read as JSON, its objects projected onto the same
+   * fields, so either way an event's object has the same shape.
+   */
+  protobuf?: ProtobufObjectType;
+}
+
 export interface KubeClient {
   request<T = unknown>(req: KubeRequest): Promise<T>;
   /** `GET path?watch=true&…`; `onEvent` is called for each event, in order. */
@@ -95,6 +113,7 @@ export interface KubeClient {
     query: Readonly<Record<string, string | undefined>>,
     onEvent: (event: WatchEvent) => void,
     idleTimeoutMs: number,
+    options?: WatchOptions,
   ): WatchStream;
 }
 
@@ -144,6 +163,13 @@ export function parseRetryAfter(value: string | undefined, now: number = Date.no
   if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
   const at = Date.parse(value);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+/** The error of a protobuf `Status` body (an answer to a request that accepted protobuf). */
+function protobufStatusError(method: string, path: string, status: number, body: Buffer): KubeApiError {
+  const s = decodeStatusBody(body);
+  if (s === undefined) return statusError(method, path, status, body.toString('utf8'));
+  return new KubeApiError(`${method} ${path}: HTTP ${status}: ${s.message ?? ''}`, status, s.reason);
 }
 
 /** The message of a `Status` body, or the start of whatever the server sent. */
@@ -208,7 +234,7 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
     return node;
   }
 
-  function open(method: string, path: string, headers: Record<string, string>, timeoutMs: number): ClientRequest {
+  function open(method: string, path: string, headers: Readonly<Record<string, string>>, timeoutMs: number): ClientRequest {
     const token = creds.token();
     const { send, agent } = nodeHttp();
     const opts: RequestOptions = {
@@ -225,6 +251,10 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
   }
 
   function readBody(res: IncomingMessage): Promise<string> {
+    return readBodyBytes(res).then((b) => b.toString('utf8'));
+  }
+
+  function readBodyBytes(res: IncomingMessage): Promise<Buffer> {
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -233,7 +263,7 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         if (size > MAX_BODY_BYTES) res.destroy(new Error(`response exceeds ${MAX_BODY_BYTES} bytes`));
         else chunks.push(c);
       });
-      res.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+      res.on('end', () => resolve(Buffer.concat(chunks)));
       res.on('error', reject);
       res.on('aborted', () => reject(new Error('response aborted')));
     });
@@ -330,7 +360,8 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
       );
     },
 
-    watch(path, query, onEvent, idleTimeoutMs) {
+    watch(path, query, onEvent, idleTimeoutMs, watchOptions = {}) {
+      const { protobuf } = watchOptions;
       let r: ClientRequest | undefined;
       let stopped = false;
       const done = new Promise<void>((resolve, reject) => {
@@ -344,24 +375,78 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
         };
         try {
           // The idle timeout catches a connection that died without a FIN (node gone, NAT dropped).
-          r = open('GET', `${path}${queryString({ ...query, watch: 'true' })}`, {}, idleTimeoutMs);
+          r = open(
+            'GET',
+            `${path}${queryString({ ...query, watch: 'true' })}`,
+            protobuf ? { Accept: PROTOBUF_WATCH_ACCEPT } : {},
+            idleTimeoutMs,
+          );
         } catch (err) {
           finish(err as Error);
           return;
         }
+        /**
+         * Hands one event on; false once the stream is finished. A JSON object is projected onto
+         * the protobuf type's fields; a decoded one has only those already.
+         */
+        const deliver = (type: unknown, object: unknown, decoded: boolean): boolean => {
+          if (typeof type !== 'string' || !WATCH_EVENT_TYPES.has(type) || typeof object !== 'object' || object === null) {
+            finish(new Error(`watch ${path}: malformed event`));
+            return false;
+          }
+          if (type === 'ERROR') {
+            const s = object as { message?: string; code?: number; reason?: string };
+            finish(new KubeApiError(`watch ${path}: ${s.message ?? 'error event'}`, s.code ?? 500, s.reason));
+            return false;
+          }
+          try {
+            const kept = protobuf && !decoded ? projectJson(protobuf.schema, object) : object;
+            onEvent({ type, object: kept } as WatchEvent);
+          } catch (err) {
+            finish(err as Error);
+            return false;
+          }
+          return true;
+        };
         const req = r;
         req.on('timeout', () => finish(new Error(`watch ${path}: nothing received for ${idleTimeoutMs} ms`)));
         req.on('error', (err) => finish(err));
         req.on('response', (res) => {
           const status = res.statusCode ?? 0;
+          const binary = protobuf !== undefined && isProtobufContentType(res.headers['content-type']);
           if (status !== 200) {
             if (status === 401) creds.invalidateToken();
-            readBody(res).then((body) => finish(statusError('GET', path, status, body)), finish);
+            readBodyBytes(res).then(
+              (body) =>
+                finish(binary ? protobufStatusError('GET', path, status, body) : statusError('GET', path, status, body.toString('utf8'))),
+              finish,
+            );
             return;
           }
           res.socket?.setKeepAlive(true, 15_000);
           let pending: Buffer = Buffer.alloc(0);
-          res.on('data', (chunk: Buffer) => {
+          const onFrames = (chunk: Buffer) => {
+            pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+            while (!settled && pending.length >= FRAME_HEADER_BYTES) {
+              const size = pending.readUInt32BE(0);
+              if (size > MAX_WATCH_LINE_BYTES) {
+                finish(new Error(`watch ${path}: event exceeds ${MAX_WATCH_LINE_BYTES} bytes`));
+                return;
+              }
+              if (pending.length < FRAME_HEADER_BYTES + size) return;
+              const frame = pending.subarray(FRAME_HEADER_BYTES, FRAME_HEADER_BYTES + size);
+              pending = pending.subarray(FRAME_HEADER_BYTES + size);
+              let event: ReturnType<typeof decodeWatchFrame>;
+              try {
+                event = decodeWatchFrame(frame, protobuf as ProtobufObjectType);
+              } catch (err) {
+                finish(new Error(`watch ${path}: malformed event: ${(err as Error).message}`));
+                return;
+              }
+              if (!deliver(event.type, 'status' in event ? event.status : event.object, true)) return;
+            }
+          };
+          const onLines = (chunk: Buffer) => {
             pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
             for (let nl = pending.indexOf(0x0a); !settled && nl >= 0; nl = pending.indexOf(0x0a)) {
               const line = pending.subarray(0, nl).toString('utf8').trim();
@@ -374,29 +459,11 @@ export function createKubeClient(creds: KubeCredentials, options: KubeClientOpti
                 finish(new Error(`watch ${path}: malformed event line`));
                 return;
               }
-              if (
-                typeof event.type !== 'string' ||
-                !WATCH_EVENT_TYPES.has(event.type) ||
-                typeof event.object !== 'object' ||
-                event.object === null
-              ) {
-                finish(new Error(`watch ${path}: malformed event`));
-                return;
-              }
-              if (event.type === 'ERROR') {
-                const s = event.object as { message?: string; code?: number; reason?: string };
-                finish(new KubeApiError(`watch ${path}: ${s.message ?? 'error event'}`, s.code ?? 500, s.reason));
-                return;
-              }
-              try {
-                onEvent(event as WatchEvent);
-              } catch (err) {
-                finish(err as Error);
-                return;
-              }
+              if (!deliver(event.type, event.object, false)) return;
             }
             if (pending.length > MAX_WATCH_LINE_BYTES) finish(new Error(`watch ${path}: event exceeds ${MAX_WATCH_LINE_BYTES} bytes`));
-          });
+          };
+          res.on('data', binary ? onFrames : onLines);
           res.on('end', () => finish());
           // A close without an end is a connection lost mid-stream, not the server's timeout.
           res.on('close', () => finish(new Error(`watch ${path}: connection closed mid-stream`)));

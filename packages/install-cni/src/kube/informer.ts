@@ -1,7 +1,15 @@
 import type { Logger } from '@istio-cni/handoff';
 import { errorMessage } from '@istio-cni/cni';
 import type { ObjectStore } from './clusterView.ts';
-import { Backoff, KubeApiError, monotonicNow, type KubeClient, type WatchEvent } from '@istio-cni/kube';
+import {
+  Backoff,
+  KubeApiError,
+  monotonicNow,
+  projectJson,
+  type KubeClient,
+  type ProtobufObjectType,
+  type WatchEvent,
+} from '@istio-cni/kube';
 
 type Meta = { metadata: { name?: string; namespace?: string; resourceVersion?: string; annotations?: Record<string, string> } };
 
@@ -13,6 +21,11 @@ export interface InformerOptions<T extends Meta> {
   labelSelector?: string;
   fieldSelector?: string;
   store: ObjectStore<T>;
+  /**
+   * The objects' protobuf type: the watch asks for protobuf and keeps only its fields, from a
+   * JSON answer or list too. Without it, JSON objects are kept whole but for managedFields.
+   */
+  protobuf?: ProtobufObjectType;
   logger: Logger;
   /** First delay before retrying after a failure; doubles (jittered) up to 30 s. */
   retryDelayMs?: number;
@@ -69,7 +82,9 @@ function refusesInitialEvents(err: unknown): boolean {
  * failure is retried with backoff.
  */
 export function runInformer<T extends Meta>(client: KubeClient, options: InformerOptions<T>): Informer {
-  const { store, logger, what } = options;
+  const { store, logger, what, protobuf } = options;
+  /** An object from a list, as it is kept. */
+  const keep = (o: T): T => (protobuf ? (projectJson(protobuf.schema, o) as T) : slim(o));
   const initialDelay = options.retryDelayMs ?? 1000;
   const selectors = { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector };
   let stopped = false;
@@ -88,7 +103,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
         path: options.path,
         query: { ...selectors, limit: String(LIST_PAGE), continue: cont },
       });
-      for (const item of page.items ?? []) items.push(slim(item));
+      for (const item of page.items ?? []) items.push(keep(item));
       resourceVersion = page.metadata?.resourceVersion ?? '';
       cont = page.metadata?.continue || undefined;
     } while (cont !== undefined && !stopped);
@@ -109,7 +124,7 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
 
   function apply(event: WatchEvent): string | undefined {
     const object = event.object as unknown as T;
-    if (event.type === 'ADDED' || event.type === 'MODIFIED') store.upsert(slim(object));
+    if (event.type === 'ADDED' || event.type === 'MODIFIED') store.upsert(protobuf ? object : slim(object));
     else if (event.type === 'DELETED') store.delete(object);
     return object.metadata?.resourceVersion;
   }
@@ -166,9 +181,10 @@ export function runInformer<T extends Meta>(client: KubeClient, options: Informe
               resyncFrom = undefined;
               synchronised();
             } else if (event.type === 'DELETED') initial.delete(keyOf(object));
-            else initial.set(keyOf(object), slim(object));
+            else initial.set(keyOf(object), protobuf ? object : slim(object));
           },
           (timeoutSeconds + 30) * 1000,
+          protobuf ? { protobuf } : {},
         );
         current = stream;
         const started = monotonicNow();

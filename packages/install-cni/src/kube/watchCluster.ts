@@ -1,6 +1,7 @@
 import type { Namespace, Pod } from '@istio-cni/capture';
 import type { Logger } from '@istio-cni/handoff';
 import { ObjectStore, type ClusterView, type KubeReader } from './clusterView.ts';
+import { NAMESPACE_TYPE, POD_TYPE } from './coreV1Schemas.ts';
 import { runInformer } from './informer.ts';
 import { getOrUndefined, namespacePath, podPath, type KubeClient } from '@istio-cni/kube';
 
@@ -40,10 +41,17 @@ export function watchCluster(client: KubeClient, options: WatchClusterOptions): 
   let namespacesSynced = false;
   const common = { logger: options.logger, ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }) };
   const podFieldSelector = `spec.nodeName=${options.nodeName}`;
-  const podInformer = runInformer(client, { ...common, what: 'pod', path: '/api/v1/pods', fieldSelector: podFieldSelector, store: pods });
+  const podInformer = runInformer(client, {
+    ...common,
+    what: 'pod',
+    path: '/api/v1/pods',
+    fieldSelector: podFieldSelector,
+    store: pods,
+    protobuf: POD_TYPE,
+  });
   const namespaceInformer =
     (options.namespaces ?? true)
-      ? runInformer(client, { ...common, what: 'namespace', path: '/api/v1/namespaces', store: namespaces })
+      ? runInformer(client, { ...common, what: 'namespace', path: '/api/v1/namespaces', store: namespaces, protobuf: NAMESPACE_TYPE })
       : undefined;
   const synced = Promise.all([
     podInformer.synced.then(() => {

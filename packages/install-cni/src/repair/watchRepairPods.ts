@@ -1,5 +1,6 @@
 import type { Logger } from '@istio-cni/handoff';
 import { ObjectStore } from '../kube/clusterView.ts';
+import { POD_TYPE } from '../kube/coreV1Schemas.ts';
 import { runInformer } from '../kube/informer.ts';
 import type { KubeClient } from '@istio-cni/kube';
 import type { RepairPod } from './repairPod.ts';
@@ -35,6 +36,7 @@ export function watchRepairPods(client: KubeClient, options: RepairPodWatchOptio
     fieldSelector: options.fieldSelector,
     ...(options.labelSelector === '' ? {} : { labelSelector: options.labelSelector }),
     store: pods,
+    protobuf: POD_TYPE,
     logger: options.logger,
     ...(options.retryDelayMs === undefined ? {} : { retryDelayMs: options.retryDelayMs }),
   });
