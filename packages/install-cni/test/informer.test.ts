@@ -305,17 +305,65 @@ describe('informer', () => {
       spec: { nodeName: 'n1', dnsPolicy: 'ClusterFirst', containers: [{ name: 'app', image: 'app' }] },
       status: { phase: 'Running', hostIP: '192.168.0.1' },
     };
-    const kept = { metadata: { name: 'j', namespace: 'default', resourceVersion: '3' }, spec: { containers: [{ name: 'app' }], nodeName: 'n1' }, status: { phase: 'Running' } };
+    const kept = {
+      metadata: { name: 'j', namespace: 'default', resourceVersion: '3' },
+      spec: { containers: [{ name: 'app' }], nodeName: 'n1' },
+      status: { phase: 'Running' },
+    };
     const accepts: string[] = [];
     const protobufPod = envelope(
       'Pod',
       message([
-        [1, [[1, 'p'], [2, 'p-'], [3, 'default'], [6, '2']]],
-        [2, [[2, [[1, 'app'], [2, 'app']]], [10, 'n1'], [6, 'ClusterFirst']]],
-        [3, [[1, 'Running'], [5, '192.168.0.1']]],
+        [
+          1,
+          [
+            [1, 'p'],
+            [2, 'p-'],
+            [3, 'default'],
+            [6, '2'],
+          ],
+        ],
+        [
+          2,
+          [
+            [
+              2,
+              [
+                [1, 'app'],
+                [2, 'app'],
+              ],
+            ],
+            [10, 'n1'],
+            [6, 'ClusterFirst'],
+          ],
+        ],
+        [
+          3,
+          [
+            [1, 'Running'],
+            [5, '192.168.0.1'],
+          ],
+        ],
       ]),
     );
-    const protobufEnd = envelope('Pod', message([[1, [[6, '2'], [12, [[1, 'k8s.io/initial-events-end'], [2, 'true']]]]]]));
+    const protobufEnd = envelope(
+      'Pod',
+      message([
+        [
+          1,
+          [
+            [6, '2'],
+            [
+              12,
+              [
+                [1, 'k8s.io/initial-events-end'],
+                [2, 'true'],
+              ],
+            ],
+          ],
+        ],
+      ]),
+    );
     const { client } = await scriptedApi(t, (req, res) => {
       accepts.push(String(req.headers.accept));
       if (req.url.searchParams.get('fieldSelector') === 'spec.nodeName=pb') {
@@ -331,16 +379,29 @@ describe('informer', () => {
     });
     const run = (fieldSelector: string) => {
       const store = new ObjectStore<{ metadata: { name?: string } }>();
-      const informer = runInformer(client, { what: 'pod', path: '/api/v1/pods', fieldSelector, store, protobuf: POD_TYPE, logger, retryDelayMs: 5 });
+      const informer = runInformer(client, {
+        what: 'pod',
+        path: '/api/v1/pods',
+        fieldSelector,
+        store,
+        protobuf: POD_TYPE,
+        logger,
+        retryDelayMs: 5,
+      });
       t.after(() => informer.stop());
       return informer.synced.then(() => store.list());
     };
     assert.deepEqual(await run('spec.nodeName=pb'), [
-      { metadata: { name: 'p', namespace: 'default', resourceVersion: '2' }, spec: { containers: [{ name: 'app' }], nodeName: 'n1' }, status: { phase: 'Running' } },
+      {
+        metadata: { name: 'p', namespace: 'default', resourceVersion: '2' },
+        spec: { containers: [{ name: 'app' }], nodeName: 'n1' },
+        status: { phase: 'Running' },
+      },
     ]);
     assert.deepEqual(await run('spec.nodeName=json'), [kept]);
     assert.deepEqual(await run('spec.nodeName=list'), [kept]);
     assert.ok(accepts.length >= 4);
-    for (const a of accepts.slice(0, 2)) assert.equal(a, 'application/vnd.kubernetes.protobuf, application/json', 'watches ask for protobuf');
+    for (const a of accepts.slice(0, 2))
+      assert.equal(a, 'application/vnd.kubernetes.protobuf, application/json', 'watches ask for protobuf');
   });
 });
