@@ -6,13 +6,23 @@ export interface DaemonMetrics extends InstallMetrics {
 }
 
 /**
+ * How often the event-loop delay histogram (`nodejs_eventloop_lag_{min,max,mean,p50,…}_seconds`)
+ * samples. prom-client's default, 10 ms, is a native timer waking the daemon 100 times a second
+ * whatever it is doing: 0.34 s of CPU per agent in 120 s of an otherwise idle fleet, 17 times
+ * upstream's Go agent (docs/benchmarks.md, "Many nodes, one API server"). Once a second keeps the
+ * histogram (a stall longer than a second is always caught; `nodejs_eventloop_lag_seconds` is
+ * measured at every scrape) for 1 % of those wake-ups.
+ */
+const EVENT_LOOP_SAMPLE_MS = 1000;
+
+/**
  * The installer's metrics under upstream's names (`cni/pkg/install/monitoring.go`). prom-client appends no suffix, so
  * the counter is literally `istio_cni_installs_total`, as upstream's exporter emits it. One
  * registry per daemon (not the global one) so several daemons can live in one test process.
  */
 export function createMetrics(options: { processMetrics?: boolean } = {}): DaemonMetrics {
   const registry = new Registry();
-  if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });
+  if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const installs = new Counter({
     name: 'istio_cni_installs_total',
     help: 'Total number of CNI plugins installed by the Istio CNI installer',
