@@ -17,6 +17,11 @@ export function varint(n: number | bigint): Buffer {
 
 export type Field = [number, number | bigint | boolean | string | Uint8Array | Field[]];
 
+/** A message of distinct fields by number (`{ 1: 'name', 2: fields({…}) }`), in ascending order. */
+export function fields(byNumber: Record<number, Field[1]>): Field[] {
+  return Object.entries(byNumber).map(([n, v]) => [Number(n), v]);
+}
+
 /** Encodes fields in the order given: numbers and booleans as varints, the rest length-delimited. */
 export function message(fields: readonly Field[]): Buffer {
   const parts: Buffer[] = [];

@@ -5,7 +5,7 @@ import type { KubeClient } from '@istio-cni/kube';
 import { ObjectStore } from '../src/kube/clusterView.ts';
 import { POD_TYPE } from '../src/kube/coreV1Schemas.ts';
 import { runInformer } from '../src/kube/informer.ts';
-import { envelope, message, watchFrame } from '../../../test/support/protobufEncode.ts';
+import { envelope, fields, message, watchFrame } from '../../../test/support/protobufEncode.ts';
 import type { ServerResponse } from 'node:http';
 import { scriptedKubeApi as scriptedApi, sendJson as json, type SeenRequest } from '../../../test/support/scriptedKubeApi.ts';
 import { waitFor } from './testHelpers.ts';
@@ -305,64 +305,26 @@ describe('informer', () => {
       spec: { nodeName: 'n1', dnsPolicy: 'ClusterFirst', containers: [{ name: 'app', image: 'app' }] },
       status: { phase: 'Running', hostIP: '192.168.0.1' },
     };
-    const kept = {
-      metadata: { name: 'j', namespace: 'default', resourceVersion: '3' },
+    const kept = (name: string, resourceVersion: string) => ({
+      metadata: { name, namespace: 'default', resourceVersion },
       spec: { containers: [{ name: 'app' }], nodeName: 'n1' },
       status: { phase: 'Running' },
-    };
+    });
     const accepts: string[] = [];
+    // Pod: metadata 1 (name 1, generateName 2, namespace 3, resourceVersion 6, annotations 12), spec 2, status 3.
     const protobufPod = envelope(
       'Pod',
-      message([
-        [
-          1,
-          [
-            [1, 'p'],
-            [2, 'p-'],
-            [3, 'default'],
-            [6, '2'],
-          ],
-        ],
-        [
-          2,
-          [
-            [
-              2,
-              [
-                [1, 'app'],
-                [2, 'app'],
-              ],
-            ],
-            [10, 'n1'],
-            [6, 'ClusterFirst'],
-          ],
-        ],
-        [
-          3,
-          [
-            [1, 'Running'],
-            [5, '192.168.0.1'],
-          ],
-        ],
-      ]),
+      message(
+        fields({
+          1: fields({ 1: 'p', 2: 'p-', 3: 'default', 6: '2' }),
+          2: fields({ 2: fields({ 1: 'app', 2: 'app' }), 6: 'ClusterFirst', 10: 'n1' }),
+          3: fields({ 1: 'Running', 5: '192.168.0.1' }),
+        }),
+      ),
     );
     const protobufEnd = envelope(
       'Pod',
-      message([
-        [
-          1,
-          [
-            [6, '2'],
-            [
-              12,
-              [
-                [1, 'k8s.io/initial-events-end'],
-                [2, 'true'],
-              ],
-            ],
-          ],
-        ],
-      ]),
+      message(fields({ 1: fields({ 6: '2', 12: fields({ 1: 'k8s.io/initial-events-end', 2: 'true' }) }) })),
     );
     const { client } = await scriptedApi(t, (req, res) => {
       accepts.push(String(req.headers.accept));
@@ -391,15 +353,9 @@ describe('informer', () => {
       t.after(() => informer.stop());
       return informer.synced.then(() => store.list());
     };
-    assert.deepEqual(await run('spec.nodeName=pb'), [
-      {
-        metadata: { name: 'p', namespace: 'default', resourceVersion: '2' },
-        spec: { containers: [{ name: 'app' }], nodeName: 'n1' },
-        status: { phase: 'Running' },
-      },
-    ]);
-    assert.deepEqual(await run('spec.nodeName=json'), [kept]);
-    assert.deepEqual(await run('spec.nodeName=list'), [kept]);
+    assert.deepEqual(await run('spec.nodeName=pb'), [kept('p', '2')]);
+    assert.deepEqual(await run('spec.nodeName=json'), [kept('j', '3')]);
+    assert.deepEqual(await run('spec.nodeName=list'), [kept('j', '3')]);
     assert.ok(accepts.length >= 4);
     for (const a of accepts.slice(0, 2))
       assert.equal(a, 'application/vnd.kubernetes.protobuf, application/json', 'watches ask for protobuf');
